@@ -1,0 +1,30 @@
+"""jln: normalization layers for JAX and Flax whose numbers match PyTorch.
+
+Pure functions hold every formula once; ``jln.linen`` and ``jln.nnx`` wrap them in Flax
+modules, ``jln.interop`` converts torch modules and checkpoints, ``jln.testing`` asserts
+parity in a user's own tests.
+"""
+
+from jln._adaptive import ORDERS as ORDERS
+from jln._adaptive import adaptive_layer_norm as adaptive_layer_norm
+from jln._adaptive import modulate as modulate
+from jln._adaptive import split_condition as split_condition
+from jln._layer_norm import add_layer_norm as add_layer_norm
+from jln._layer_norm import layer_norm as layer_norm
+from jln._rms_norm import CONVENTIONS as CONVENTIONS
+from jln._rms_norm import add_rms_norm as add_rms_norm
+from jln._rms_norm import rms_norm as rms_norm
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CONVENTIONS",
+    "ORDERS",
+    "adaptive_layer_norm",
+    "add_layer_norm",
+    "add_rms_norm",
+    "layer_norm",
+    "modulate",
+    "rms_norm",
+    "split_condition",
+]

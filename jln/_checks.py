@@ -1,0 +1,124 @@
+"""Argument validation shared by every public function, module and kernel.
+
+Every check runs eagerly on static information (shapes, dtypes, Python values), before any
+tracing, so a bad call fails with a message that states the rule, what was received and how
+to fix it. No other file in jln re-implements these rules.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+Axis = int | Sequence[int]
+
+
+def check_floating(x: Any, fn: str, name: str = "x") -> None:
+    """Raise ``TypeError`` unless ``x`` is an array with a floating dtype."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None or not hasattr(x, "shape"):
+        raise TypeError(
+            f"{fn}: `{name}` must be a JAX or NumPy array with a floating dtype; received "
+            f"{type(x).__name__}. Wrap Python data with jnp.asarray(..., dtype=jnp.float32)."
+        )
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(
+            f"{fn}: `{name}` must have a floating dtype (float16, bfloat16, float32 or float64); "
+            f"received dtype {np.dtype(dtype).name} with shape {tuple(x.shape)}. "
+            f"Cast it first, e.g. {name}.astype(jnp.float32)."
+        )
+
+
+def normalize_axes(axis: Axis, ndim: int, fn: str) -> tuple[int, ...]:
+    """Turn ``axis`` (an int or a non-empty sequence of ints) into sorted non-negative axes.
+
+    Raises:
+        TypeError: ``axis`` is not an int or a sequence of ints.
+        ValueError: an axis is out of range for ``ndim``, repeated, or the tuple is empty.
+    """
+    raw: tuple[Any, ...] = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    if not raw:
+        raise ValueError(
+            f"{fn}: `axis` must name at least one axis to normalize over; received an empty "
+            f"{type(axis).__name__}. Use axis=-1 for the last axis."
+        )
+    out = []
+    for a in raw:
+        try:
+            a_int = operator.index(a)
+        except TypeError:
+            raise TypeError(
+                f"{fn}: `axis` must be an int or a tuple of ints; received {axis!r}."
+            ) from None
+        if not -ndim <= a_int < ndim:
+            raise ValueError(
+                f"{fn}: axis {a_int} is out of range for an input of rank {ndim} "
+                f"(valid axes are {-ndim}..{ndim - 1}); received axis={axis!r}."
+            )
+        out.append(a_int % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(
+            f"{fn}: `axis` repeats an axis; received axis={axis!r}, which resolves to "
+            f"{tuple(out)} for rank {ndim}. Name each axis once."
+        )
+    return tuple(sorted(out))
+
+
+def feature_shape(shape: Sequence[int], axes: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of ``x`` at the normalized axes, in increasing axis order."""
+    return tuple(shape[a] for a in axes)
+
+
+def check_param(p: Any, name: str, x_shape: Sequence[int], axes: tuple[int, ...], fn: str) -> None:
+    """Raise unless the per-feature parameter ``p`` has the shape of ``x`` at ``axes``."""
+    if p is None:
+        return
+    check_floating(p, fn, name)
+    expected = feature_shape(x_shape, axes)
+    if tuple(p.shape) != expected:
+        hint = ""
+        if len(axes) == 1 and math.prod(p.shape) == expected[0]:
+            hint = f" Reshape it with {name}.reshape({expected})."
+        elif len(p.shape) < len(x_shape) and tuple(x_shape[-len(p.shape) :]) == tuple(p.shape):
+            hint = (
+                f" It matches the trailing {len(p.shape)} axes of x: pass "
+                f"axis={tuple(range(-len(p.shape), 0))}."
+            )
+        raise ValueError(
+            f"{fn}: `{name}` must have the shape of x at the normalized axes {axes}, i.e. "
+            f"{expected}; received {name}.shape={tuple(p.shape)} for x.shape={tuple(x_shape)}.{hint}"
+        )
+
+
+def check_eps(eps: Any, fn: str) -> float:
+    """Raise ``ValueError`` unless ``eps`` is a finite, non-negative Python number."""
+    try:
+        value = float(eps)
+    except (TypeError, ValueError):
+        raise TypeError(f"{fn}: `eps` must be a Python float; received {eps!r}.") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{fn}: `eps` must be finite and >= 0; received eps={eps!r}.")
+    return value
+
+
+def check_choice(value: Any, name: str, choices: Sequence[str], fn: str) -> str:
+    """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(
+            f"{fn}: `{name}` must be one of {list(choices)}; received {value!r}."
+        )
+    return value
+
+
+def check_same_shape(a: Any, b: Any, names: tuple[str, str], fn: str) -> None:
+    """Raise ``ValueError`` unless two arrays have the same shape."""
+    if tuple(a.shape) != tuple(b.shape):
+        raise ValueError(
+            f"{fn}: `{names[0]}` and `{names[1]}` must have the same shape; received "
+            f"{tuple(a.shape)} and {tuple(b.shape)}."
+        )

@@ -1,0 +1,192 @@
+"""LayerNorm and fused residual add + LayerNorm: the only place their formula lives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jln import _checks, _stats
+from jln._checks import Axis
+
+Array = jax.Array
+
+
+def expand_param(p: Array, ndim: int, axes: tuple[int, ...]) -> Array:
+    """Reshape a per-feature parameter (shape of x at ``axes``) so it broadcasts against x."""
+    shape = []
+    it = iter(p.shape)
+    for i in range(ndim):
+        shape.append(next(it) if i in axes else 1)
+    return p.reshape(shape)
+
+
+def modulation_rounded(y: Array, shift: Array | None, mscale: Array | None, offset: float, mod_dtype: Any) -> Array:
+    """``y * (offset + mscale) + shift`` with an eager framework's rounding after each op.
+
+    ``y`` is already rounded to its own dtype and held in the statistics dtype; the three ops
+    round to ``mod_dtype`` (the promotion of y, shift and scale), as torch does op by op.
+    """
+    if mscale is not None:
+        factor = _stats.round_to(offset + mscale.astype(y.dtype), mod_dtype)
+        y = _stats.round_to(y * factor, mod_dtype)
+    if shift is not None:
+        y = _stats.round_to(y + shift.astype(y.dtype), mod_dtype)
+    return y
+
+
+@_stats.remat
+def ln_body(
+    x: Array,
+    scale: Array | None,
+    bias: Array | None,
+    shift: Array | None,
+    mscale: Array | None,
+    *,
+    axes: tuple[int, ...],
+    eps: float,
+    out_dtype: Any,
+    mod_offset: float,
+    mod_dtype: Any,
+) -> Array:
+    """``(x - mean) * rsqrt(var + eps) * scale + bias``, then optional modulation.
+
+    Arrays arrive already broadcastable against ``x``. Runs under the remat policy, so reverse
+    mode keeps ``x`` (own dtype), per-row mean/rstd and the parameters, nothing else.
+    """
+    sd = _stats.stats_dtype(x.dtype)
+    _, d, var = _stats.centered(x.astype(sd), axes)
+    y = d * _stats.inv_std(var, eps)
+    if scale is not None:
+        y = y * scale.astype(sd)
+    if bias is not None:
+        y = y + bias.astype(sd)
+    if shift is None and mscale is None:
+        return y.astype(out_dtype)
+    y = _stats.round_to(y, out_dtype)
+    return modulation_rounded(y, shift, mscale, mod_offset, mod_dtype).astype(mod_dtype)
+
+
+def prepare(
+    fn: str, x: Any, scale: Any, bias: Any, axis: Axis, eps: Any
+) -> tuple[tuple[int, ...], float, Array | None, Array | None]:
+    """Validate a LayerNorm call; return (axes, eps, scale, bias) with params broadcastable."""
+    _checks.check_floating(x, fn)
+    axes = _checks.normalize_axes(axis, x.ndim, fn)
+    _checks.check_param(scale, "scale", x.shape, axes, fn)
+    _checks.check_param(bias, "bias", x.shape, axes, fn)
+    eps_f = _checks.check_eps(eps, fn)
+    s = None if scale is None else expand_param(jnp.asarray(scale), x.ndim, axes)
+    b = None if bias is None else expand_param(jnp.asarray(bias), x.ndim, axes)
+    return axes, eps_f, s, b
+
+
+def layer_norm(
+    x: Array,
+    scale: Array | None = None,
+    bias: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-5,
+) -> Array:
+    r"""Layer normalization, numerically identical in contract to ``torch.nn.functional.layer_norm``.
+
+    .. math::
+
+        y = \frac{x - \mathrm{E}[x]}{\sqrt{\mathrm{Var}[x] + \epsilon}} \cdot \mathrm{scale} + \mathrm{bias}
+
+    with the biased variance (divide by N) and ``eps`` inside the square root. Statistics are
+    taken over ``axis`` in float32 (float64 for float64 input), about a per-row pivot, so large
+    offsets keep full precision and the variance is never negative. Reverse mode keeps only
+    ``x`` in its own dtype plus per-row mean and rstd (about 2 bytes per element for bfloat16).
+
+    Args:
+      x: floating array of any shape (float16, bfloat16, float32, float64).
+      scale: optional multiplier with the shape of ``x`` at ``axis`` (torch's ``weight``).
+      bias: optional offset with the same shape (torch's ``bias``).
+      axis: int or tuple of ints to normalize over. torch's ``normalized_shape`` of length k
+        is ``axis=tuple(range(-k, 0))``.
+      eps: added to the variance inside the square root; torch's default 1e-5.
+
+    Returns:
+      Array of ``x.shape`` and ``x.dtype`` (float32 params do not promote a bfloat16 ``x``).
+
+    Raises:
+      TypeError: ``x`` (or a parameter) is not a floating array.
+      ValueError: ``scale``/``bias`` shape differs from ``x``'s shape at the normalized axes;
+        an axis is out of range or repeated; ``axis`` is empty; ``eps`` is negative.
+
+    Example:
+      >>> import jax.numpy as jnp, jln
+      >>> jln.layer_norm(jnp.array([2.0, -1.0, 3.0, 0.0])).round(3)
+      Array([ 0.632, -1.265,  1.265, -0.632], dtype=float32)
+
+    Reference: Ba, Kiros and Hinton, "Layer Normalization" (2016).
+    """
+    fn = "jln.layer_norm"
+    axes, eps_f, s, b = prepare(fn, x, scale, bias, axis, eps)
+    with jax.named_scope(fn):
+        return ln_body(
+            x, s, b, None, None, axes=axes, eps=eps_f, out_dtype=x.dtype, mod_offset=1.0, mod_dtype=None
+        )
+
+
+def residual_sum(fn: str, x: Any, residual: Any, residual_in_fp32: bool) -> Array:
+    """``x + residual`` in their promoted dtype, or in float32 (float64 stays) when asked."""
+    _checks.check_floating(x, fn)
+    _checks.check_floating(residual, fn, "residual")
+    _checks.check_same_shape(x, residual, ("x", "residual"), fn)
+    dtype = jnp.promote_types(x.dtype, residual.dtype)
+    if residual_in_fp32:
+        dtype = jnp.promote_types(dtype, jnp.float32)
+    return x.astype(dtype) + residual.astype(dtype)
+
+
+def add_layer_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    bias: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-5,
+    residual_in_fp32: bool = False,
+) -> tuple[Array, Array]:
+    r"""Pre-norm residual step fused: ``s = x + residual``; returns ``(layer_norm(s), s)``.
+
+    .. math::
+
+        s = x + r, \qquad y = \frac{s - \mathrm{E}[s]}{\sqrt{\mathrm{Var}[s] + \epsilon}}
+        \cdot \mathrm{scale} + \mathrm{bias}
+
+    Args:
+      x: the branch output, floating array.
+      residual: the residual stream, same shape as ``x``.
+      scale, bias, axis, eps: as in :func:`layer_norm`.
+      residual_in_fp32: compute and return ``s`` in float32 (float64 stays float64) so the
+        residual stream does not accumulate bfloat16/float16 rounding across layers.
+
+    Returns:
+      ``(normed, s)``: ``normed`` has ``x.shape`` and ``x.dtype``; ``s`` has the promoted dtype
+      of ``x`` and ``residual`` (float32 at least with ``residual_in_fp32``). Reverse mode keeps
+      ``s`` and per-row statistics only.
+
+    Raises:
+      TypeError, ValueError: as :func:`layer_norm`, and ``ValueError`` if ``x`` and
+      ``residual`` differ in shape.
+
+    Example:
+      >>> import jax.numpy as jnp, jln
+      >>> y, s = jln.add_layer_norm(jnp.ones((2, 4)), jnp.arange(8.0).reshape(2, 4))
+      >>> s[0]
+      Array([1., 2., 3., 4.], dtype=float32)
+    """
+    fn = "jln.add_layer_norm"
+    s = residual_sum(fn, x, residual, residual_in_fp32)
+    axes, eps_f, sc, b = prepare(fn, s, scale, bias, axis, eps)
+    with jax.named_scope(fn):
+        y = ln_body(
+            s, sc, b, None, None, axes=axes, eps=eps_f, out_dtype=x.dtype, mod_offset=1.0, mod_dtype=None
+        )
+    return y, s

@@ -1,0 +1,260 @@
+"""RMSNorm in every convention real models use, and fused residual add + RMSNorm.
+
+Each convention reproduces its reference's dtype order exactly (where the reference rounds to
+the input dtype, jln rounds there too), so bfloat16 outputs match bit for bit except where
+the two frameworks' float32 reductions differ in their last bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jln import _checks, _stats
+from jln._checks import Axis
+from jln._layer_norm import expand_param, residual_sum
+
+Array = jax.Array
+
+#: Convention name -> (aliases, eps default). ``None`` eps means torch's finfo rule.
+CONVENTIONS: dict[str, tuple[tuple[str, ...], float | None]] = {
+    "torch": ((), None),
+    "llama": (("qwen2", "mistral"), 1e-6),
+    "gemma": ((), 1e-6),
+    "t5": ((), 1e-6),
+    "diffusers": ((), None),
+    "seed": (("x-transformers",), 1e-8),
+}
+_ALIASES = {alias: name for name, (aliases, _) in CONVENTIONS.items() for alias in (name, *aliases)}
+
+
+def resolve_convention(convention: str, fn: str) -> str:
+    if convention not in _ALIASES:
+        raise ValueError(
+            f"{fn}: unknown convention {convention!r}; expected one of {sorted(_ALIASES)}."
+        )
+    return _ALIASES[convention]
+
+
+def default_eps(convention: str, dtype: Any, fn: str) -> float:
+    """eps when the caller passes ``eps=None``.
+
+    torch: ``finfo(float32).eps`` (``finfo(float64).eps`` for float64 input), as
+    ``torch.nn.functional.rms_norm``. diffusers' RMSNorm has no default, so it follows torch's
+    rule here too; the named model conventions use their reference classes' defaults.
+    """
+    eps = CONVENTIONS[convention][1]
+    if eps is None:
+        return float(jnp.finfo(_stats.stats_dtype(dtype)).eps)
+    return eps
+
+
+def output_dtype(convention: str, dtype: Any, scale_dtype: Any, bias_dtype: Any = None) -> jnp.dtype:
+    """The dtype each convention returns for input ``dtype`` and weight ``scale_dtype``."""
+    dt = jnp.dtype(dtype)
+    if convention in ("torch", "gemma"):
+        return dt
+    if scale_dtype is None:
+        if convention == "t5":  # x * rsqrt(var) promotes to the statistics dtype
+            return jnp.promote_types(dt, _stats.stats_dtype(dt))
+        return dt
+    wd = jnp.dtype(scale_dtype)
+    if convention in ("llama", "seed"):
+        return jnp.promote_types(dt, wd)
+    # t5 and diffusers: h = x * rsqrt(var) is float32; cast to w's dtype if w is half
+    h = jnp.promote_types(dt, _stats.stats_dtype(dt))
+    out = wd if _stats.is_low_precision(wd) else jnp.promote_types(h, wd)
+    if bias_dtype is not None:
+        out = jnp.promote_types(out, bias_dtype)
+    return out
+
+
+def _round_keep_finite(v: Array, dtype: Any) -> Array:
+    r = _stats.round_to(v, dtype)
+    return jnp.where(jnp.isfinite(r), r, v)
+
+
+@_stats.remat
+def rms_body(
+    x: Array,
+    scale: Array | None,
+    bias: Array | None,
+    *,
+    axes: tuple[int, ...],
+    eps: float,
+    convention: str,
+    io_dtype: Any,
+    out_dtype: Any,
+) -> Array:
+    """The RMSNorm formula of ``convention``; see :func:`rms_norm` for each one."""
+    sd = _stats.stats_dtype(x.dtype)
+    x32 = x.astype(sd)
+    w = None if scale is None else scale.astype(sd)
+    if convention == "seed":
+        n = _stats.count(x.shape, axes)
+        norm = _stats.safe_sqrt(jnp.sum(x32 * x32, axis=axes, keepdims=True))
+        # torch rounds ||x|| and ||x||*d^-1/2 to a half dtype; jln does too unless that would
+        # overflow float16 (torch then returns zeros), where it keeps the float32 value.
+        norm = _round_keep_finite(norm, io_dtype)
+        denom = _round_keep_finite(norm * (n**-0.5), io_dtype)
+        denom = jnp.maximum(denom, eps)  # the clamp, in float32: eps=1e-8 underflows float16
+        denom = _stats.checkpoint_name(denom, _stats.STAT_NAMES[1])
+        y = _stats.round_to(x32 / denom, io_dtype)
+        if w is not None:
+            y = y * w
+        return y.astype(out_dtype)
+
+    h = x32 * _stats.inv_std(_stats.mean_square(x32, axes), eps)
+    if convention == "torch":
+        return (h if w is None else h * w).astype(out_dtype)
+    if convention == "gemma":
+        return (h if w is None else h * (1.0 + w)).astype(out_dtype)
+    if convention == "llama":
+        h = _stats.round_to(h, io_dtype)  # cast to the input dtype, *then* the weight
+        return (h if w is None else h * w).astype(out_dtype)
+    # t5 / diffusers
+    if w is None:
+        return h.astype(out_dtype)
+    if _stats.is_low_precision(scale.dtype):  # type: ignore[union-attr]
+        h = _stats.round_to(h, scale.dtype)  # type: ignore[union-attr]
+    y = h * w
+    if bias is not None:  # diffusers: (h * w) is rounded to its own dtype before + bias
+        y = _stats.round_to(y, output_dtype(convention, io_dtype, scale.dtype))  # type: ignore[union-attr]
+        y = y + bias.astype(sd)
+    return y.astype(out_dtype)
+
+
+def prepare(
+    fn: str,
+    x: Any,
+    scale: Any,
+    bias: Any,
+    axis: Axis,
+    eps: Any,
+    convention: str,
+    io_dtype: Any,
+) -> tuple[tuple[int, ...], float, str, Array | None, Array | None, jnp.dtype]:
+    """Validate an RMSNorm call; return (axes, eps, convention, scale, bias, out_dtype)."""
+    _checks.check_floating(x, fn)
+    conv = resolve_convention(convention, fn)
+    axes = _checks.normalize_axes(axis, x.ndim, fn)
+    _checks.check_param(scale, "scale", x.shape, axes, fn)
+    _checks.check_param(bias, "bias", x.shape, axes, fn)
+    if bias is not None and conv != "diffusers":
+        raise ValueError(
+            f"{fn}: `bias` is only defined for convention='diffusers' (diffusers' RMSNorm with "
+            f"bias=True); received convention={convention!r}. Add the bias after the norm instead."
+        )
+    if bias is not None and scale is None:
+        raise ValueError(f"{fn}: diffusers' RMSNorm adds `bias` only together with `scale`; pass both.")
+    eps_f = default_eps(conv, io_dtype, fn) if eps is None else _checks.check_eps(eps, fn)
+    out = output_dtype(
+        conv, io_dtype, None if scale is None else scale.dtype, None if bias is None else bias.dtype
+    )
+    s = None if scale is None else expand_param(jnp.asarray(scale), x.ndim, axes)
+    b = None if bias is None else expand_param(jnp.asarray(bias), x.ndim, axes)
+    return axes, eps_f, conv, s, b, out
+
+
+def rms_norm(
+    x: Array,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float | None = None,
+    convention: str = "torch",
+    bias: Array | None = None,
+) -> Array:
+    r"""Root-mean-square normalization, in torch's convention or a named model's.
+
+    With ``f()`` a cast to float32 (float64 for float64 input), ``dt`` the input dtype,
+    ``r = rsqrt(mean(f(x)^2) + eps)`` (eps inside the square root) and ``w`` the scale:
+
+    ================  ==============================================================  ============
+    convention        computation                                                     eps=None
+    ================  ==============================================================  ============
+    ``"torch"``       ``(f(x) * r * f(w)).astype(dt)``; output ``dt`` even for f32 w  finfo(f32).eps
+    ``"llama"``       ``h = (f(x) * r).astype(dt)``, then ``w * h`` with promotion:    1e-6
+                      bf16 x with f32 w gives **float32** (aliases ``"qwen2"``,
+                      ``"mistral"``)
+    ``"gemma"``       ``(f(x) * r * (1 + f(w))).astype(dt)``; w starts at 0            1e-6
+    ``"t5"``          ``h = f(x) * r`` (float32); cast h to w's dtype if w is half;    1e-6
+                      ``w * h``; without w the result stays float32
+    ``"diffusers"``   as t5, plus ``+ bias``; without w the result is cast to ``dt``   finfo(f32).eps
+    ``"seed"``        ``x / max(||x||_2 * n^{-1/2}, eps) * w`` with torch's per-op     1e-8
+                      rounding in ``dt`` (the seed's 2021 x-transformers RMSNorm)
+    ================  ==============================================================  ============
+
+    Args:
+      x: floating array.
+      scale: optional weight with the shape of ``x`` at ``axis``. Its dtype decides the output
+        dtype in the llama, t5, diffusers and seed conventions, as in those references.
+      axis: int or tuple of ints to normalize over.
+      eps: see the table; ``None`` picks the convention's default.
+      convention: one of the names above.
+      bias: diffusers' optional bias (``convention="diffusers"`` only).
+
+    Returns:
+      Array of ``x.shape``; dtype as in the table (``x.dtype`` for torch and gemma).
+
+    Raises:
+      TypeError: ``x`` or a parameter is not floating.
+      ValueError: bad parameter shape, bad axis, negative eps, unknown convention, or a bias
+        outside the diffusers convention.
+
+    Example:
+      >>> import jax.numpy as jnp, jln
+      >>> jln.rms_norm(jnp.array([3.0, -4.0]), eps=0.0)
+      Array([ 0.8485281, -1.1313709], dtype=float32)
+
+    Reference: Zhang and Sennrich, "Root Mean Square Layer Normalization" (2019).
+    """
+    fn = "jln.rms_norm"
+    axes, eps_f, conv, s, b, out = prepare(fn, x, scale, bias, axis, eps, convention, getattr(x, "dtype", None))
+    with jax.named_scope(fn):
+        return rms_body(x, s, b, axes=axes, eps=eps_f, convention=conv, io_dtype=x.dtype, out_dtype=out)
+
+
+def add_rms_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float | None = None,
+    convention: str = "torch",
+    residual_in_fp32: bool = False,
+) -> tuple[Array, Array]:
+    r"""Pre-norm residual step fused: ``s = x + residual``; returns ``(rms_norm(s), s)``.
+
+    The norm follows :func:`rms_norm`'s ``convention`` with ``x.dtype`` as its input dtype
+    ``dt`` (so a float32 residual stream still yields a ``x.dtype`` output where the
+    convention casts to ``dt``).
+
+    Args:
+      x: the branch output, floating array.
+      residual: the residual stream, same shape.
+      scale, axis, eps, convention: as in :func:`rms_norm`.
+      residual_in_fp32: compute and return ``s`` in float32 (float64 stays float64).
+
+    Returns:
+      ``(normed, s)``; ``s`` has the promoted dtype of the inputs (float32 at least with
+      ``residual_in_fp32``). Reverse mode keeps ``s`` and per-row rstd only.
+
+    Raises:
+      TypeError, ValueError: as :func:`rms_norm`; ``ValueError`` if the shapes differ.
+
+    Example:
+      >>> import jax.numpy as jnp, jln
+      >>> y, s = jln.add_rms_norm(jnp.ones((2, 3)), jnp.ones((2, 3)))
+      >>> s[0], y.dtype
+      (Array([2., 2., 2.], dtype=float32), dtype('float32'))
+    """
+    fn = "jln.add_rms_norm"
+    s = residual_sum(fn, x, residual, residual_in_fp32)
+    axes, eps_f, conv, sc, _, out = prepare(fn, s, scale, None, axis, eps, convention, x.dtype)
+    with jax.named_scope(fn):
+        y = rms_body(s, sc, None, axes=axes, eps=eps_f, convention=conv, io_dtype=x.dtype, out_dtype=out)
+    return y, s

@@ -1,0 +1,37 @@
+"""The ``jln`` console command: ``jln parity`` and ``jln bench``."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+_SUBCOMMANDS = {
+    "parity": ("jln.cli.parity", "check jln's norms against torch, forward and backward"),
+    "bench": ("jln.cli.bench", "jit-benchmark jln's norms against the alternatives and the copy floor"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: jln <command> [options]", "", "commands:"]
+    lines += [f"  {name:<8} {help_}" for name, (_, help_) in _SUBCOMMANDS.items()]
+    lines += ["", "Run `jln <command> --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``jln`` console script. Returns the process exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name not in _SUBCOMMANDS:
+        print(f"jln: unknown command {name!r}; expected one of {sorted(_SUBCOMMANDS)}.\n", file=sys.stderr)
+        print(_usage(), file=sys.stderr)
+        return 2
+    module = importlib.import_module(_SUBCOMMANDS[name][0])
+    return int(module.main(rest))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
