@@ -145,6 +145,7 @@ def adaptive_layer_norm(
     axis: Axis = -1,
     eps: float = 1e-5,
     scale_offset: float = 1.0,
+    impl: str = "auto",
 ) -> tuple[Array, dict[str, Array]]:
     r"""Adaptive LayerNorm: a LayerNorm (own affine optional) followed by modulation.
 
@@ -169,6 +170,7 @@ def adaptive_layer_norm(
         "scale")`` if present in ``order``, else ``("shift_msa", "scale_msa")``.
       axis, eps: as in :func:`layer_norm` (torch defaults; DiT uses eps=1e-6).
       scale_offset: 1 for ``(1 + scale)``, 0 for FiLM's plain ``scale``.
+      impl: as in :func:`layer_norm`.
 
     Returns:
       ``(y, chunks)``: ``y`` has ``x.shape`` and the promoted dtype of ``x`` and ``emb``;
@@ -200,9 +202,8 @@ def adaptive_layer_norm(
     sh = expand_condition(chunks[use[0]], x.shape, use[0], fn)
     sc = expand_condition(chunks[use[1]], x.shape, use[1], fn)
     mod_dtype = _stats.promote(x.dtype, sh.dtype, sc.dtype)
-    with jax.named_scope(fn):
-        y = _layer_norm.ln_body(
-            x, s, b, sh, sc, axes=axes, eps=eps_f, out_dtype=x.dtype,
-            mod_offset=float(scale_offset), mod_dtype=mod_dtype,
-        )
+    y = _layer_norm.ln_apply(
+        fn, impl, x, s, b, sh, sc, axes=axes, eps=eps_f, out_dtype=x.dtype,
+        mod_offset=float(scale_offset), mod_dtype=mod_dtype,
+    )
     return y, chunks

@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _checks, _stats
+from jln import _checks, _dispatch, _stats
 from jln._checks import Axis
 
 Array = jax.Array
@@ -68,6 +68,31 @@ def ln_body(
     return modulation_rounded(y, shift, mscale, mod_offset, mod_dtype).astype(mod_dtype)
 
 
+def ln_apply(
+    fn: str,
+    impl: str,
+    x: Array,
+    scale: Array | None,
+    bias: Array | None,
+    shift: Array | None,
+    mscale: Array | None,
+    *,
+    axes: tuple[int, ...],
+    eps: float,
+    out_dtype: Any,
+    mod_offset: float = 1.0,
+    mod_dtype: Any = None,
+) -> Array:
+    """Run the LayerNorm contract through XLA (:func:`ln_body`) or a Pallas kernel."""
+    static = dict(axes=axes, eps=eps, out_dtype=out_dtype, mod_offset=mod_offset, mod_dtype=mod_dtype)
+    with jax.named_scope(fn):
+        if _dispatch.choose(impl, fn, "layer_norm", x, None, **static) == "pallas":
+            from jln import kernels
+
+            return kernels.ln(x, scale, bias, shift, mscale, **static)
+        return ln_body(x, scale, bias, shift, mscale, **static)
+
+
 def prepare(
     fn: str, x: Any, scale: Any, bias: Any, axis: Axis, eps: Any
 ) -> tuple[tuple[int, ...], float, Array | None, Array | None]:
@@ -89,6 +114,7 @@ def layer_norm(
     *,
     axis: Axis = -1,
     eps: float = 1e-5,
+    impl: str = "auto",
 ) -> Array:
     r"""Layer normalization, numerically identical in contract to ``torch.nn.functional.layer_norm``.
 
@@ -108,6 +134,8 @@ def layer_norm(
       axis: int or tuple of ints to normalize over. torch's ``normalized_shape`` of length k
         is ``axis=tuple(range(-k, 0))``.
       eps: added to the variance inside the square root; torch's default 1e-5.
+      impl: ``"auto"`` (Pallas kernel where one runs natively, else XLA), ``"xla"``, or
+        ``"pallas"`` (interpret mode on CPU).
 
     Returns:
       Array of ``x.shape`` and ``x.dtype`` (float32 params do not promote a bfloat16 ``x``).
@@ -126,10 +154,7 @@ def layer_norm(
     """
     fn = "jln.layer_norm"
     axes, eps_f, s, b = prepare(fn, x, scale, bias, axis, eps)
-    with jax.named_scope(fn):
-        return ln_body(
-            x, s, b, None, None, axes=axes, eps=eps_f, out_dtype=x.dtype, mod_offset=1.0, mod_dtype=None
-        )
+    return ln_apply(fn, impl, x, s, b, None, None, axes=axes, eps=eps_f, out_dtype=x.dtype)
 
 
 def residual_sum(fn: str, x: Any, residual: Any, residual_in_fp32: bool) -> Array:
@@ -152,6 +177,7 @@ def add_layer_norm(
     axis: Axis = -1,
     eps: float = 1e-5,
     residual_in_fp32: bool = False,
+    impl: str = "auto",
 ) -> tuple[Array, Array]:
     r"""Pre-norm residual step fused: ``s = x + residual``; returns ``(layer_norm(s), s)``.
 
@@ -166,6 +192,7 @@ def add_layer_norm(
       scale, bias, axis, eps: as in :func:`layer_norm`.
       residual_in_fp32: compute and return ``s`` in float32 (float64 stays float64) so the
         residual stream does not accumulate bfloat16/float16 rounding across layers.
+      impl: as in :func:`layer_norm`.
 
     Returns:
       ``(normed, s)``: ``normed`` has ``x.shape`` and ``x.dtype``; ``s`` has the promoted dtype
@@ -185,8 +212,4 @@ def add_layer_norm(
     fn = "jln.add_layer_norm"
     s = residual_sum(fn, x, residual, residual_in_fp32)
     axes, eps_f, sc, b = prepare(fn, s, scale, bias, axis, eps)
-    with jax.named_scope(fn):
-        y = ln_body(
-            s, sc, b, None, None, axes=axes, eps=eps_f, out_dtype=x.dtype, mod_offset=1.0, mod_dtype=None
-        )
-    return y, s
+    return ln_apply(fn, impl, s, sc, b, None, None, axes=axes, eps=eps_f, out_dtype=x.dtype), s

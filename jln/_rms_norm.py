@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _checks, _stats
+from jln import _checks, _dispatch, _stats
 from jln._checks import Axis
 from jln._layer_norm import expand_param, residual_sum
 
@@ -126,6 +126,29 @@ def rms_body(
     return y.astype(out_dtype)
 
 
+def rms_apply(
+    fn: str,
+    impl: str,
+    x: Array,
+    scale: Array | None,
+    bias: Array | None,
+    *,
+    axes: tuple[int, ...],
+    eps: float,
+    convention: str,
+    io_dtype: Any,
+    out_dtype: Any,
+) -> Array:
+    """Run an RMSNorm convention through XLA (:func:`rms_body`) or a Pallas kernel."""
+    static = dict(axes=axes, eps=eps, convention=convention, io_dtype=io_dtype, out_dtype=out_dtype)
+    with jax.named_scope(fn):
+        if _dispatch.choose(impl, fn, "rms_norm", x, None, **static) == "pallas":
+            from jln import kernels
+
+            return kernels.rms(x, scale, bias, **static)
+        return rms_body(x, scale, bias, **static)
+
+
 def prepare(
     fn: str,
     x: Any,
@@ -166,6 +189,7 @@ def rms_norm(
     eps: float | None = None,
     convention: str = "torch",
     bias: Array | None = None,
+    impl: str = "auto",
 ) -> Array:
     r"""Root-mean-square normalization, in torch's convention or a named model's.
 
@@ -195,6 +219,7 @@ def rms_norm(
       eps: see the table; ``None`` picks the convention's default.
       convention: one of the names above.
       bias: diffusers' optional bias (``convention="diffusers"`` only).
+      impl: ``"auto"``, ``"xla"`` or ``"pallas"``, as in :func:`jln.layer_norm`.
 
     Returns:
       Array of ``x.shape``; dtype as in the table (``x.dtype`` for torch and gemma).
@@ -213,8 +238,7 @@ def rms_norm(
     """
     fn = "jln.rms_norm"
     axes, eps_f, conv, s, b, out = prepare(fn, x, scale, bias, axis, eps, convention, getattr(x, "dtype", None))
-    with jax.named_scope(fn):
-        return rms_body(x, s, b, axes=axes, eps=eps_f, convention=conv, io_dtype=x.dtype, out_dtype=out)
+    return rms_apply(fn, impl, x, s, b, axes=axes, eps=eps_f, convention=conv, io_dtype=x.dtype, out_dtype=out)
 
 
 def add_rms_norm(
@@ -226,6 +250,7 @@ def add_rms_norm(
     eps: float | None = None,
     convention: str = "torch",
     residual_in_fp32: bool = False,
+    impl: str = "auto",
 ) -> tuple[Array, Array]:
     r"""Pre-norm residual step fused: ``s = x + residual``; returns ``(rms_norm(s), s)``.
 
@@ -238,6 +263,7 @@ def add_rms_norm(
       residual: the residual stream, same shape.
       scale, axis, eps, convention: as in :func:`rms_norm`.
       residual_in_fp32: compute and return ``s`` in float32 (float64 stays float64).
+      impl: as in :func:`rms_norm`.
 
     Returns:
       ``(normed, s)``; ``s`` has the promoted dtype of the inputs (float32 at least with
@@ -255,6 +281,5 @@ def add_rms_norm(
     fn = "jln.add_rms_norm"
     s = residual_sum(fn, x, residual, residual_in_fp32)
     axes, eps_f, conv, sc, _, out = prepare(fn, s, scale, None, axis, eps, convention, x.dtype)
-    with jax.named_scope(fn):
-        y = rms_body(s, sc, None, axes=axes, eps=eps_f, convention=conv, io_dtype=x.dtype, out_dtype=out)
+    y = rms_apply(fn, impl, s, sc, None, axes=axes, eps=eps_f, convention=conv, io_dtype=x.dtype, out_dtype=out)
     return y, s
