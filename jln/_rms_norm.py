@@ -91,37 +91,63 @@ def rms_body(
     """The RMSNorm formula of ``convention``; see :func:`rms_norm` for each one."""
     sd = _stats.stats_dtype(x.dtype)
     x32 = x.astype(sd)
-    w = None if scale is None else scale.astype(sd)
+    static = dict(
+        scale_dtype=None if scale is None else scale.dtype,
+        convention=convention,
+        io_dtype=io_dtype,
+        out_dtype=out_dtype,
+    )
     if convention == "seed":
         n = _stats.count(x.shape, axes)
-        norm = _stats.safe_sqrt(jnp.sum(x32 * x32, axis=axes, keepdims=True))
-        # torch rounds ||x|| and ||x||*d^-1/2 to a half dtype; jln does too unless that would
-        # overflow float16 (torch then returns zeros), where it keeps the float32 value.
-        norm = _round_keep_finite(norm, io_dtype)
-        denom = _round_keep_finite(norm * (n**-0.5), io_dtype)
-        denom = jnp.maximum(denom, eps)  # the clamp, in float32: eps=1e-8 underflows float16
+        denom = seed_denominator(jnp.sum(x32 * x32, axis=axes, keepdims=True), n, eps, io_dtype)
         denom = _stats.checkpoint_name(denom, _stats.STAT_NAMES[1])
-        y = _stats.round_to(x32 / denom, io_dtype)
-        if w is not None:
-            y = y * w
-        return y.astype(out_dtype)
-
+        return rms_affine(x32 / denom, scale, bias, **static)
     h = x32 * _stats.inv_std(_stats.mean_square(x32, axes), eps)
+    return rms_affine(h, scale, bias, **static)
+
+
+def seed_denominator(sum_sq: Array, n: int, eps: float, io_dtype: Any) -> Array:
+    """The seed convention's ``max(||x||_2 * n^-1/2, eps)`` from the row's sum of squares."""
+    norm = _stats.safe_sqrt(sum_sq)
+    # torch rounds ||x|| and ||x||*d^-1/2 to a half dtype; jln does too unless that would
+    # overflow float16 (torch then returns zeros), where it keeps the float32 value.
+    norm = _round_keep_finite(norm, io_dtype)
+    denom = _round_keep_finite(norm * (n**-0.5), io_dtype)
+    return jnp.maximum(denom, eps)  # the clamp, in float32: eps=1e-8 underflows float16
+
+
+def rms_affine(
+    h: Array,
+    scale: Array | None,
+    bias: Array | None,
+    *,
+    scale_dtype: Any,
+    convention: str,
+    io_dtype: Any,
+    out_dtype: Any,
+) -> Array:
+    """Each convention's rounding and weighting after ``h = f(x) * rstd`` (``f(x) / denom``
+    for seed). ``h`` is in the statistics dtype; ``scale``/``bias`` are cast to it (exactly),
+    and ``scale_dtype`` is the weight's own dtype, which t5/diffusers round to. Shared by
+    :func:`rms_body` and the Pallas kernels.
+    """
+    sd = h.dtype
+    w = None if scale is None else scale.astype(sd)
     if convention == "torch":
         return (h if w is None else h * w).astype(out_dtype)
     if convention == "gemma":
         return (h if w is None else h * (1.0 + w)).astype(out_dtype)
-    if convention == "llama":
+    if convention in ("llama", "seed"):
         h = _stats.round_to(h, io_dtype)  # cast to the input dtype, *then* the weight
         return (h if w is None else h * w).astype(out_dtype)
     # t5 / diffusers
     if w is None:
         return h.astype(out_dtype)
-    if _stats.is_low_precision(scale.dtype):  # type: ignore[union-attr]
-        h = _stats.round_to(h, scale.dtype)  # type: ignore[union-attr]
+    if _stats.is_low_precision(scale_dtype):
+        h = _stats.round_to(h, scale_dtype)
     y = h * w
     if bias is not None:  # diffusers: (h * w) is rounded to its own dtype before + bias
-        y = _stats.round_to(y, output_dtype(convention, io_dtype, scale.dtype))  # type: ignore[union-attr]
+        y = _stats.round_to(y, output_dtype(convention, io_dtype, scale_dtype))
         y = y + bias.astype(sd)
     return y.astype(out_dtype)
 
@@ -254,9 +280,9 @@ def add_rms_norm(
 ) -> tuple[Array, Array]:
     r"""Pre-norm residual step fused: ``s = x + residual``; returns ``(rms_norm(s), s)``.
 
-    The norm follows :func:`rms_norm`'s ``convention`` with ``x.dtype`` as its input dtype
-    ``dt`` (so a float32 residual stream still yields a ``x.dtype`` output where the
-    convention casts to ``dt``).
+    The norm follows :func:`rms_norm`'s ``convention`` applied to ``s`` as it is (unrounded
+    float32 with ``residual_in_fp32``); the result is cast to the dtype the convention gives
+    for an ``x.dtype`` input (``x.dtype`` for torch and gemma).
 
     Args:
       x: the branch output, floating array.
@@ -281,5 +307,7 @@ def add_rms_norm(
     fn = "jln.add_rms_norm"
     s = residual_sum(fn, x, residual, residual_in_fp32)
     axes, eps_f, conv, sc, _, out = prepare(fn, s, scale, None, axis, eps, convention, x.dtype)
-    y = rms_apply(fn, impl, s, sc, None, axes=axes, eps=eps_f, convention=conv, io_dtype=x.dtype, out_dtype=out)
+    # the norm reads s unrounded (float32 with residual_in_fp32); its result takes the dtype
+    # the convention gives for an x.dtype input
+    y = rms_apply(fn, impl, s, sc, None, axes=axes, eps=eps_f, convention=conv, io_dtype=s.dtype, out_dtype=out)
     return y, s

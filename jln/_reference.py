@@ -1,0 +1,110 @@
+"""torch references for every jln op: what jln's numbers are checked against.
+
+Each function takes torch tensors and mirrors the public reference it names, op by op and
+dtype by dtype (the formulas are the ones transformers, diffusers and torch ship, restated
+here in torch). They serve the test suite, ``jln.testing`` and ``jln parity``. torch is
+imported lazily: importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Tensor = Any
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as e:  # pragma: no cover - exercised only without torch
+        raise ImportError(
+            "jln's torch references need PyTorch. Install it with `pip install 'jln[torch]'` "
+            "(CPU builds are enough)."
+        ) from e
+    return torch
+
+
+def _dims(k: int) -> tuple[int, ...]:
+    return tuple(range(-k, 0))
+
+
+def layer_norm(x: Tensor, scale: Tensor | None = None, bias: Tensor | None = None, *, k: int = 1, eps: float = 1e-5) -> Tensor:
+    """``torch.nn.functional.layer_norm`` over the trailing ``k`` axes."""
+    torch = _torch()
+    return torch.nn.functional.layer_norm(x, tuple(x.shape[-k:]), scale, bias, eps)
+
+
+def rms_norm(x: Tensor, scale: Tensor | None = None, *, k: int = 1, eps: float | None = None, convention: str = "torch", bias: Tensor | None = None) -> Tensor:
+    """The reference of each RMSNorm convention (see ``jln.rms_norm``)."""
+    torch = _torch()
+    dims = _dims(k)
+    dt = x.dtype
+    if convention == "torch":
+        return torch.nn.functional.rms_norm(x, tuple(x.shape[-k:]), scale, eps)
+    if convention == "seed":  # the seed's RMSNorm(dim, eps=1e-8): no upcast
+        n = 1
+        for d in x.shape[-k:]:
+            n *= d
+        norm = torch.linalg.vector_norm(x, dim=dims, keepdim=True) * n**-0.5
+        y = x / norm.clamp(min=eps)
+        return y if scale is None else y * scale
+    f = x.to(torch.float32) if dt in (torch.float16, torch.bfloat16, torch.float32) else x
+    if convention == "llama":  # transformers LlamaRMSNorm / Qwen2RMSNorm / MistralRMSNorm
+        h = f * torch.rsqrt(f.pow(2).mean(dims, keepdim=True) + eps)
+        h = h.to(dt)
+        return h if scale is None else scale * h
+    if convention == "gemma":  # transformers GemmaRMSNorm (1, 2, 3)
+        o = f * torch.rsqrt(f.pow(2).mean(dims, keepdim=True) + eps)
+        if scale is not None:
+            o = o * (1.0 + scale.to(f.dtype))
+        return o.type_as(x)
+    if convention in ("t5", "diffusers"):  # transformers T5LayerNorm / diffusers RMSNorm
+        var = f.pow(2).mean(dims, keepdim=True)
+        h = x * torch.rsqrt(var + eps)
+        if scale is None:
+            return h if convention == "t5" else h.to(dt)
+        if scale.dtype in (torch.float16, torch.bfloat16):
+            h = h.to(scale.dtype)
+        h = h * scale if convention == "diffusers" else scale * h
+        return h if bias is None else h + bias
+    raise ValueError(f"no torch reference for convention {convention!r}")
+
+
+def modulate(x: Tensor, shift: Tensor | None, scale: Tensor | None, *, scale_offset: float = 1.0) -> Tensor:
+    """DiT's ``x * (1 + scale[:, None]) + shift[:, None]`` for per-example conditions."""
+
+    def expand(c: Tensor) -> Tensor:
+        while c.dim() < x.dim():
+            c = c.unsqueeze(1)
+        return c
+
+    if scale is not None:
+        x = x * (scale_offset + expand(scale))
+    if shift is not None:
+        x = x + expand(shift)
+    return x
+
+
+ORDER_USE = {"seed": ("shift", "scale"), "dit": ("shift_msa", "scale_msa"), "continuous": ("shift", "scale")}
+
+
+def adaptive_layer_norm(x: Tensor, emb: Tensor, scale: Tensor | None = None, bias: Tensor | None = None, *, order: tuple[str, ...], eps: float = 1e-5) -> Tensor:
+    """``LN(x) * (1 + scale_c) + shift_c`` with the chunks of ``emb`` named by ``order``."""
+    chunks = dict(zip(order, emb.chunk(len(order), dim=-1), strict=True))
+    sh, sc = ("shift", "scale") if "shift" in chunks else ("shift_msa", "scale_msa")
+    return modulate(layer_norm(x, scale, bias, eps=eps), chunks[sh], chunks[sc])
+
+
+def add_norm(x: Tensor, residual: Tensor, *params: Tensor | None, norm: str, residual_in_fp32: bool = False, **kw: Any) -> tuple[Tensor, Tensor]:
+    """``s = x + residual``; returns ``(norm(s), s)``.
+
+    jln casts ``norm(s)`` to the dtype its norm gives for an ``x.dtype`` input; compare after
+    casting this reference to that dtype.
+    """
+    torch = _torch()
+    dtype = torch.promote_types(x.dtype, residual.dtype)
+    if residual_in_fp32:
+        dtype = torch.promote_types(dtype, torch.float32)
+    s = x.to(dtype) + residual.to(dtype)
+    y = layer_norm(s, *params, **kw) if norm == "layer_norm" else rms_norm(s, *params, **kw)
+    return y, s
