@@ -162,9 +162,9 @@ def residual_sum(fn: str, x: Any, residual: Any, residual_in_fp32: bool) -> Arra
     _checks.check_floating(x, fn)
     _checks.check_floating(residual, fn, "residual")
     _checks.check_same_shape(x, residual, ("x", "residual"), fn)
-    dtype = jnp.promote_types(x.dtype, residual.dtype)
+    dtype = _stats.promote(x.dtype, residual.dtype)
     if residual_in_fp32:
-        dtype = jnp.promote_types(dtype, jnp.float32)
+        dtype = _stats.promote(dtype, jnp.float32)
     return x.astype(dtype) + residual.astype(dtype)
 
 

@@ -58,16 +58,16 @@ def output_dtype(convention: str, dtype: Any, scale_dtype: Any, bias_dtype: Any 
         return dt
     if scale_dtype is None:
         if convention == "t5":  # x * rsqrt(var) promotes to the statistics dtype
-            return jnp.promote_types(dt, _stats.stats_dtype(dt))
+            return _stats.promote(dt, _stats.stats_dtype(dt))
         return dt
     wd = jnp.dtype(scale_dtype)
     if convention in ("llama", "seed"):
-        return jnp.promote_types(dt, wd)
+        return _stats.promote(dt, wd)
     # t5 and diffusers: h = x * rsqrt(var) is float32; cast to w's dtype if w is half
-    h = jnp.promote_types(dt, _stats.stats_dtype(dt))
-    out = wd if _stats.is_low_precision(wd) else jnp.promote_types(h, wd)
+    h = _stats.promote(dt, _stats.stats_dtype(dt))
+    out = wd if _stats.is_low_precision(wd) else _stats.promote(h, wd)
     if bias_dtype is not None:
-        out = jnp.promote_types(out, bias_dtype)
+        out = _stats.promote(out, bias_dtype)
     return out
 
 

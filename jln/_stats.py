@@ -42,9 +42,12 @@ def stats_dtype(dtype: Any) -> jnp.dtype:
 def promote(*dtypes: Any) -> jnp.dtype:
     """torch-style promotion of floating dtypes (bfloat16 with float16 gives float32).
 
-    Uses ``jnp.promote_types``, which holds under ``jax_numpy_dtype_promotion="strict"``.
+    Promotion of dtypes (not arrays) is a static rule, so it runs under "standard" promotion:
+    ``jnp.promote_types`` raises for bfloat16 with float32 under ``jax_numpy_dtype_promotion=
+    "strict"``, which would make strict-mode users (and jln's tests) fail on mixed dtypes.
     """
-    return functools.reduce(jnp.promote_types, dtypes[1:], jnp.dtype(dtypes[0]))
+    with jax.numpy_dtype_promotion("standard"):
+        return functools.reduce(jnp.promote_types, dtypes[1:], jnp.dtype(dtypes[0]))
 
 
 def is_low_precision(dtype: Any) -> bool:

@@ -1,0 +1,295 @@
+"""jln.linen / jln.nnx modules against torch.nn (forward and gradients), and linen == nnx.
+
+Every torch module is built with torch.nn (or diffusers), its weights copied into the jln
+parameter tree by hand with the contract's mapping (Linear.weight [out, in] -> kernel
+[in, out]; norm weight -> scale), and compared on the same random inputs. Gradients are
+compared for a fixed random cotangent ``g``: d/d(inputs, params) of ``sum(y * g)``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jln import _monitor
+from jln import linen as L
+from jln import nnx as N
+
+torch = pytest.importorskip("torch")
+
+F32_TOL = dict(rtol=1e-5, atol=2e-5)
+F64_TOL = dict(rtol=1e-10, atol=1e-11)
+
+
+@pytest.fixture
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def t(a, requires_grad=False):
+    v = torch.from_numpy(np.asarray(a).copy())
+    return v.requires_grad_(requires_grad)
+
+
+def lin(layer):
+    """torch nn.Linear -> {"kernel": [in, out], "bias": [out]} (numpy)."""
+    p = {"kernel": layer.weight.detach().numpy().T.copy()}
+    if layer.bias is not None:
+        p["bias"] = layer.bias.detach().numpy().copy()
+    return p
+
+
+def torch_grads(module, inputs, out_fn, g):
+    """Gradients of sum(out * g) w.r.t. the input tensors and named parameters of ``module``."""
+    for p in module.parameters():
+        p.grad = None
+    out = out_fn(*inputs)
+    (out * t(g)).sum().backward()
+    return out.detach().numpy(), [i.grad.numpy() for i in inputs], {
+        n: p.grad.numpy() for n, p in module.named_parameters()
+    }
+
+
+def jax_grads(fn, params, inputs, g):
+    """(y, d inputs, d params) of sum(fn(params, *inputs) * g)."""
+    y = fn(params, *inputs)
+
+    def loss(p, *xs):
+        return jnp.sum(fn(p, *xs) * g)
+
+    gp, *gx = jax.grad(loss, argnums=tuple(range(len(inputs) + 1)))(params, *inputs)
+    return y, gx, gp
+
+
+def linen_fn(module, **kw):
+    return lambda p, *xs: module.apply({"params": p}, *xs, **kw)
+
+
+def nnx_fn(model):
+    graphdef, _, rest = nnx.split(model, nnx.Param, ...)
+    return lambda p, *xs: nnx.merge(graphdef, nnx.State(p), rest)(*xs)
+
+
+def close(a, b, tol):
+    np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), **tol)
+
+
+def maxerr(a, b):
+    return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+
+
+def tree_close(a, b, tol):
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert jax.tree.structure(jax.tree.map(np.asarray, a)) == jax.tree.structure(jax.tree.map(np.asarray, b))
+    for u, v in zip(la, lb, strict=True):
+        close(u, v, tol)
+
+
+def to_jnp(tree, dtype=None):
+    return jax.tree.map(lambda a: jnp.asarray(a, dtype), tree)
+
+
+# ------------------------------------------------------------------------ LayerNorm / RMSNorm
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("normalized", [1, 2])
+def test_layer_norm_matches_torch(dtype, normalized, request):
+    if dtype == "float64":
+        request.getfixturevalue("x64")
+    r = rng(1)
+    shape = (3, 5, 6)
+    x = r.normal(size=shape).astype(dtype) * 3 + 1
+    g = r.normal(size=shape).astype(dtype)
+    tm = torch.nn.LayerNorm(shape[-normalized:], eps=1e-5, dtype=getattr(torch, dtype))
+    with torch.no_grad():
+        tm.weight.normal_()
+        tm.bias.normal_()
+    xt = t(x, True)
+    ty, (tgx,), tgp = torch_grads(tm, [xt], tm, g)
+    params = to_jnp({"scale": tm.weight.detach().numpy(), "bias": tm.bias.detach().numpy()})
+    axis = tuple(range(-normalized, 0))
+    tol = F32_TOL if dtype == "float32" else F64_TOL
+    lm = L.LayerNorm(axis=axis, param_dtype=dtype)
+    nm = N.LayerNorm(shape[-normalized:], axis=axis, param_dtype=dtype)
+    for fn in (linen_fn(lm), nnx_fn(nm)):
+        y, (gx,), gp = jax_grads(fn, params, [jnp.asarray(x)], jnp.asarray(g))
+        assert y.dtype == jnp.dtype(dtype)
+        close(y, ty, tol)
+        close(gx, tgx, tol)
+        close(gp["scale"], tgp["weight"], tol)
+        close(gp["bias"], tgp["bias"], tol)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_rms_norm_matches_torch(dtype, request):
+    if dtype == "float64":
+        request.getfixturevalue("x64")
+    r = rng(2)
+    x = r.normal(size=(4, 3, 8)).astype(dtype)
+    g = r.normal(size=x.shape).astype(dtype)
+    tm = torch.nn.RMSNorm(8, dtype=getattr(torch, dtype))
+    with torch.no_grad():
+        tm.weight.normal_()
+    ty, (tgx,), tgp = torch_grads(tm, [t(x, True)], tm, g)
+    params = to_jnp({"scale": tm.weight.detach().numpy()})
+    tol = F32_TOL if dtype == "float32" else F64_TOL
+    for fn in (linen_fn(L.RMSNorm(param_dtype=dtype)), nnx_fn(N.RMSNorm(8, param_dtype=dtype))):
+        y, (gx,), gp = jax_grads(fn, params, [jnp.asarray(x)], jnp.asarray(g))
+        close(y, ty, tol)
+        close(gx, tgx, tol)
+        close(gp["scale"], tgp["weight"], tol)
+
+
+@pytest.mark.parametrize("convention", ["torch", "llama", "gemma", "t5", "diffusers", "seed"])
+@pytest.mark.parametrize("xdtype,pdtype", [("float32", "float32"), ("bfloat16", "float32"), ("bfloat16", "bfloat16")])
+def test_rms_norm_modules_call_the_core(convention, xdtype, pdtype):
+    """Module output (value and dtype) == jln.rms_norm with the same weight, every convention."""
+    import jln
+
+    r = rng(3)
+    x = jnp.asarray(r.normal(size=(2, 3, 16)), xdtype)
+    w = jnp.asarray(r.normal(size=(16,)), pdtype)
+    b = jnp.asarray(r.normal(size=(16,)), pdtype)
+    use_bias = convention == "diffusers"
+    params = {"scale": w, "bias": b} if use_bias else {"scale": w}
+    ref = jln.rms_norm(x, w, convention=convention, bias=b if use_bias else None)
+    lm = L.RMSNorm(convention=convention, use_bias=use_bias, param_dtype=pdtype)
+    nm = N.RMSNorm(16, convention=convention, use_bias=use_bias, param_dtype=pdtype)
+    init = lm.init(jax.random.key(0), x)["params"]
+    assert jax.tree.map(lambda a: (a.shape, a.dtype), init) == jax.tree.map(lambda a: (a.shape, a.dtype), params)
+    assert jax.tree.map(lambda a: (a.shape, a.dtype), nnx.state(nm, nnx.Param).to_pure_dict()) == jax.tree.map(
+        lambda a: (a.shape, a.dtype), params
+    )
+    for fn in (linen_fn(lm), nnx_fn(nm)):
+        y = fn(params, x)
+        assert y.dtype == ref.dtype
+        np.testing.assert_array_equal(np.asarray(y, np.float32), np.asarray(ref, np.float32))
+
+
+def test_norm_initial_params():
+    x = jnp.ones((2, 5))
+    p = L.LayerNorm().init(jax.random.key(0), x)["params"]
+    np.testing.assert_array_equal(p["scale"], np.ones(5))
+    np.testing.assert_array_equal(p["bias"], np.zeros(5))
+    p = L.RMSNorm(convention="gemma").init(jax.random.key(0), x)["params"]
+    np.testing.assert_array_equal(p["scale"], np.zeros(5))
+    assert set(L.RMSNorm().init(jax.random.key(0), x)["params"]) == {"scale"}
+    assert L.LayerNorm(use_scale=False, use_bias=False).init(jax.random.key(0), x) == {}
+    assert set(nnx.state(N.LayerNorm(5, use_bias=False), nnx.Param).to_pure_dict()) == {"scale"}
+
+
+def test_norm_dtype_rules():
+    r = rng(4)
+    xb = jnp.asarray(r.normal(size=(2, 8)), jnp.bfloat16)
+    xf = jnp.asarray(r.normal(size=(2, 8)), jnp.float32)
+    # bf16 parameters are stored as bf16
+    p = L.LayerNorm(param_dtype=jnp.bfloat16).init(jax.random.key(0), xf)["params"]
+    assert p["scale"].dtype == jnp.bfloat16
+    assert N.LayerNorm(8, param_dtype=jnp.bfloat16).scale[...].dtype == jnp.bfloat16
+    for mk in (lambda **kw: L.LayerNorm(**kw), lambda **kw: N.LayerNorm(8, **kw)):
+        # dtype=None: torch's rule, output in the input dtype (float32 params do not promote bf16)
+        m = mk()
+        fn = nnx_fn(m) if isinstance(m, nnx.Module) else linen_fn(m)
+        params = {"scale": jnp.ones(8), "bias": jnp.zeros(8)}
+        assert fn(params, xb).dtype == jnp.bfloat16
+        assert fn(to_jnp(params, jnp.bfloat16), xf).dtype == jnp.float32
+        # dtype=d: computes in and returns d
+        m = mk(dtype=jnp.bfloat16)
+        fn = nnx_fn(m) if isinstance(m, nnx.Module) else linen_fn(m)
+        y = fn(params, xf)
+        assert y.dtype == jnp.bfloat16
+        import jln
+
+        np.testing.assert_array_equal(
+            np.asarray(y, np.float32), np.asarray(jln.layer_norm(xf.astype(jnp.bfloat16), *params.values()), np.float32)
+        )
+    # llama keeps its reference's rule: bf16 x, float32 weight -> float32
+    m = L.RMSNorm(convention="llama")
+    assert m.apply(m.init(jax.random.key(0), xb), xb).dtype == jnp.float32
+    assert N.RMSNorm(8, convention="llama")(xb).dtype == jnp.float32
+    assert N.RMSNorm(8, convention="llama", dtype=jnp.bfloat16)(xb).dtype == jnp.bfloat16
+
+
+def test_norm_errors():
+    x = jnp.ones((2, 4))
+    with pytest.raises(ValueError, match="convention"):
+        L.RMSNorm(convention="bogus").init(jax.random.key(0), x)
+    with pytest.raises(ValueError, match="convention"):
+        N.RMSNorm(4, convention="bogus")
+    with pytest.raises(ValueError, match="use_bias"):
+        N.RMSNorm(4, use_bias=True)
+    with pytest.raises(ValueError, match="eps"):
+        N.LayerNorm(4, eps=-1.0)
+    with pytest.raises(ValueError, match="impl"):
+        N.LayerNorm(4, impl="cuda")
+    with pytest.raises(ValueError, match="num_features"):
+        N.LayerNorm(0)
+    with pytest.raises(ValueError, match=r"scale"):
+        N.LayerNorm(5)(x)  # built for 5 features, called on 4
+    with pytest.raises(TypeError, match="floating"):
+        L.LayerNorm().init(jax.random.key(0), jnp.ones((2, 4), jnp.int32))
+    with pytest.raises(ValueError, match="out of range"):
+        L.LayerNorm(axis=3).init(jax.random.key(0), x)
+
+
+# ------------------------------------------------------------------------ monitor
+
+
+def np_row_stats(a, axes):
+    a = np.asarray(a, np.float64)
+    return a.mean(axis=axes), a.var(axis=axes), np.sqrt((a * a).sum(axis=axes))
+
+
+def check_stats(stats, x, y, axes):
+    assert set(stats) == set(_monitor.STAT_KEYS)
+    for prefix, a in (("in", x), ("out", y)):
+        mean, var, norm = np_row_stats(a, axes)
+        for key, ref in (("mean", mean), ("var", var), ("norm", norm)):
+            v = stats[f"{prefix}_{key}"]
+            assert v.dtype == jnp.float32 and v.shape == ref.shape
+            np.testing.assert_allclose(np.asarray(v), ref, rtol=2e-5, atol=2e-5)
+    d = int(np.prod([np.shape(x)[a] for a in axes]))
+    np.testing.assert_allclose(stats["sqrt_d"], np.sqrt(d), rtol=1e-7)
+
+
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_monitor_records_row_stats(kind):
+    r = rng(5)
+    x = jnp.asarray(r.normal(size=(3, 4, 6)) * 2 + 5, jnp.float32)
+    axis = (-2, -1) if kind == "layer" else -1
+    lm = L.LayerNorm(axis=axis, monitor=True) if kind == "layer" else L.RMSNorm(monitor=True)
+    variables = lm.init(jax.random.key(0), x)
+    assert "intermediates" not in variables or True
+    y, state = lm.apply({"params": variables["params"]}, x, mutable=["intermediates"])
+    (stats,) = state["intermediates"]["stats"]
+    axes = tuple(a % 3 for a in np.atleast_1d(axis))
+    check_stats(stats, x, y, axes)
+
+    nm = N.LayerNorm((4, 6), axis=axis, monitor=True) if kind == "layer" else N.RMSNorm(6, monitor=True)
+    y2, inter = nnx.capture(nm, nnx.Intermediate)(x)
+    (nstats,) = inter["stats"]
+    check_stats(nstats, x, y2, axes)
+    tree_close(stats, nstats, dict(rtol=0, atol=0))
+    # off by default: nothing recorded
+    _, state = L.LayerNorm().apply(L.LayerNorm().init(jax.random.key(0), x), x, mutable=["intermediates"])
+    assert not state.get("intermediates")
+
+
+def test_monitor_does_not_change_gradients():
+    x = jnp.asarray(rng(6).normal(size=(2, 8)), jnp.float32)
+    on, off = L.LayerNorm(monitor=True), L.LayerNorm()
+    p = off.init(jax.random.key(0), x)["params"]
+
+    def loss(m):
+        return lambda x: jnp.sum(m.apply({"params": p}, x, mutable=["intermediates"])[0] ** 3)
+
+    np.testing.assert_array_equal(jax.grad(loss(on))(x), jax.grad(loss(off))(x))
