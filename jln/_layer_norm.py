@@ -58,6 +58,26 @@ def ln_body(
     sd = _stats.stats_dtype(x.dtype)
     _, d, var = _stats.centered(x.astype(sd), axes)
     y = d * _stats.inv_std(var, eps)
+    return ln_affine(y, scale, bias, shift, mscale, out_dtype=out_dtype, mod_offset=mod_offset, mod_dtype=mod_dtype)
+
+
+def ln_affine(
+    y: Array,
+    scale: Array | None,
+    bias: Array | None,
+    shift: Array | None,
+    mscale: Array | None,
+    *,
+    out_dtype: Any,
+    mod_offset: float,
+    mod_dtype: Any,
+) -> Array:
+    """Everything after ``y = (x - mean) * rstd``: affine, output rounding, modulation.
+
+    ``y`` is in the statistics dtype; the other arrays are cast to it (exactly), so callers may
+    pass them in any floating dtype. Shared by :func:`ln_body` and the Pallas kernels.
+    """
+    sd = y.dtype
     if scale is not None:
         y = y * scale.astype(sd)
     if bias is not None:

@@ -1,18 +1,152 @@
 """Pallas kernels implementing the exact contract of jln's XLA bodies.
 
-Entry points mirror ``jln._layer_norm.ln_body`` and ``jln._rms_norm.rms_body``.
+Entry points mirror ``jln._layer_norm.ln_body`` and ``jln._rms_norm.rms_body``: same
+arguments, same numerics (float32 pivot-shifted statistics, every convention's rounding
+through the core's own helpers), same reverse-mode residuals (``x`` in its own dtype, per-row
+float32 statistics, the parameters).
+
+Targets: Pallas Triton on NVIDIA GPUs, Pallas Mosaic on TPUs, and Pallas interpret mode on
+CPU (only when asked for with ``impl="pallas"``; ``"auto"`` never picks it). Reverse mode
+(``grad``, ``vjp``) runs Pallas backward kernels; forward mode (``jvp``, ``jacfwd``) is not
+available on the kernel path (it is a ``jax.custom_vjp``): use ``impl="xla"`` there.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jln import _layer_norm, _rms_norm
+from jln.kernels import _norm, _plan
+
+Array = jax.Array
+
+#: Tiling used in interpret mode (CPU). "gpu" exercises the masked power-of-two tiles; tests
+#: set "tpu" to exercise the exact-width layout.
+INTERPRET_TARGET = "gpu"
+
+_TARGETS = {"gpu": "gpu", "tpu": "tpu", "cpu": "interpret"}
 
 
 def native(backend: str) -> bool:
     """Whether kernels compile natively (not interpret mode) on ``backend``."""
-    return False
+    return backend in ("gpu", "tpu")
 
 
 def unsupported_reason(op: str, x: Any, axis_name: Any, *, backend: str, **static: Any) -> str | None:
     """``None`` when a kernel handles this call, else a sentence saying why not."""
-    return "jln has no Pallas kernels in this build"
+    if backend not in _TARGETS:
+        return f"no Pallas target for backend {backend!r} (kernels run on gpu, tpu, or cpu in interpret mode)"
+    if axis_name is not None:
+        return "statistics across devices (axis_name) run on the XLA path only"
+    if op not in ("layer_norm", "rms_norm"):
+        return f"no kernel for op {op!r}"
+    axes = tuple(static["axes"])
+    ndim = x.ndim
+    if axes != tuple(range(ndim - len(axes), ndim)):
+        return (
+            f"kernels normalize the trailing axes of x only; received axes={axes} for "
+            f"x.ndim={ndim} (move the normalized axes last, e.g. with jnp.moveaxis)"
+        )
+    dtypes = [x.dtype] + [static[k] for k in ("out_dtype", "mod_dtype") if static.get(k) is not None]
+    if any(jnp.dtype(d) not in (jnp.float32, jnp.bfloat16, jnp.float16) for d in dtypes):
+        return f"kernels take float32, bfloat16 and float16 (received {[str(jnp.dtype(d)) for d in dtypes]}); float64 runs on the XLA path"
+    n = math.prod(x.shape[ndim - len(axes) :])
+    if n == 0:
+        return "the normalized axes are empty"
+    if n > _plan.MAX_WIDTH:
+        return f"rows of {n} elements exceed the kernels' {_plan.MAX_WIDTH} (wide rows run on the XLA path)"
+    return None
+
+
+def _target() -> tuple[str, bool]:
+    backend = jax.default_backend()
+    if backend == "cpu":
+        return INTERPRET_TARGET, True
+    return backend, False
+
+
+def _prepare(c: Array, x_shape: tuple[int, ...], k: int, rows: int, target: str, n: int, dtype: Any) -> tuple[Array, str, int]:
+    """Lay out an operand broadcastable against ``x`` as param ``[1,1,n]``, group ``[G,1,n]``
+    or row ``[rows,n]``; plain jnp, so autodiff carries cotangents back to its own shape."""
+    c = jnp.asarray(c)
+    c = c.reshape((1,) * (len(x_shape) - c.ndim) + c.shape)
+    lead, cl = x_shape[:k], c.shape[:k]
+    c = jnp.broadcast_to(c, cl + x_shape[k:])
+    for j in range(k, -1, -1):
+        if cl[:j] == lead[:j] and all(d == 1 for d in cl[j:]):
+            groups = math.prod(lead[:j])
+            break
+    else:
+        groups = rows  # broadcasts some other way: materialize it per row
+    t = rows // groups
+    if groups == rows:
+        return jnp.broadcast_to(c, x_shape).reshape(rows, n), _norm.ROW, 1
+    if groups > 1 and not _plan.group_block_ok(target, t, n, dtype):
+        return jnp.broadcast_to(c, x_shape).reshape(rows, n), _norm.ROW, 1
+    return c.reshape(groups, 1, n), (_norm.PARAM if groups == 1 else _norm.GROUP), t
+
+
+def _run(op: str, x: Array, named: dict[str, Array | None], axes: tuple[int, ...], static: dict[str, Any]) -> Array:
+    k = x.ndim - len(axes)
+    rows, n = math.prod(x.shape[:k]), math.prod(x.shape[k:])
+    target, interpret = _target()
+    names, arrays, kinds = [], [], []
+    for name, c in named.items():
+        if c is None:
+            continue
+        arr, kind, t = _prepare(c, x.shape, k, rows, target, n, x.dtype)
+        names.append(name)
+        arrays.append(arr)
+        kinds.append((kind, t))
+    groups = tuple(t for kind, t in kinds if kind == _norm.GROUP)
+    plan = _plan.make_plan(target, interpret, rows, n, x.dtype, groups)
+    spec = _norm.Spec(op, plan, tuple(names), tuple(kinds), tuple(sorted(static.items())))
+    y = _norm.call(spec, x.reshape(rows, n), *arrays)
+    return y.reshape(x.shape)
+
+
+def ln(
+    x: Array,
+    scale: Array | None,
+    bias: Array | None,
+    shift: Array | None,
+    mscale: Array | None,
+    *,
+    axes: tuple[int, ...],
+    eps: float,
+    out_dtype: Any,
+    mod_offset: float,
+    mod_dtype: Any,
+) -> Array:
+    """The kernel path of :func:`jln._layer_norm.ln_body` (same arguments, same result)."""
+    static = dict(axes=axes, eps=eps, out_dtype=out_dtype, mod_offset=mod_offset, mod_dtype=mod_dtype)
+    if x.size == 0:  # no rows: nothing for a kernel to do
+        return _layer_norm.ln_body(x, scale, bias, shift, mscale, **static)
+    kw = dict(eps=eps, out_dtype=jnp.dtype(out_dtype), mod_offset=mod_offset,
+              mod_dtype=None if mod_dtype is None else jnp.dtype(mod_dtype))
+    named = dict(scale=scale, bias=bias, shift=shift, mscale=mscale)
+    return _run("ln", x, named, axes, kw)
+
+
+def rms(
+    x: Array,
+    scale: Array | None,
+    bias: Array | None,
+    *,
+    axes: tuple[int, ...],
+    eps: float,
+    convention: str,
+    io_dtype: Any,
+    out_dtype: Any,
+) -> Array:
+    """The kernel path of :func:`jln._rms_norm.rms_body` (same arguments, same result)."""
+    static = dict(axes=axes, eps=eps, convention=convention, io_dtype=io_dtype, out_dtype=out_dtype)
+    if x.size == 0:
+        return _rms_norm.rms_body(x, scale, bias, **static)
+    kw = dict(eps=eps, convention=convention, io_dtype=jnp.dtype(io_dtype), out_dtype=jnp.dtype(out_dtype),
+              scale_dtype=None if scale is None else jnp.dtype(scale.dtype))
+    return _run("rms", x, dict(scale=scale, bias=bias), axes, kw)

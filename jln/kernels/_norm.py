@@ -1,0 +1,369 @@
+"""The Pallas forward and backward kernels and their ``custom_vjp``.
+
+Layout: ``x`` is viewed as ``[rows, n]`` (the normalized axes are trailing and contiguous) and
+each program owns one block of ``block_rows`` rows (see :mod:`jln.kernels._plan`). Per-feature
+parameters arrive as ``[1, 1, n]``, per-example conditions (DiT's ``shift[:, None]``) as
+``[groups, 1, n]`` with each block inside one group, and conditions with ``x``'s own shape as
+``[rows, n]``.
+
+Numerics: the statistics restate :func:`jln._stats.centered`, :func:`jln._stats.inv_std` and
+:func:`jln._stats.mean_square` with column masking (the only place the kernels restate a core
+formula; tests compare them with the XLA path). Everything after the statistics is the core's
+own :func:`jln._layer_norm.ln_affine`, :func:`jln._rms_norm.rms_affine` and
+:func:`jln._rms_norm.seed_denominator`, run through :func:`jln.kernels._portable.portable`, and
+the backward takes their cotangents with ``jax.vjp`` inside the kernel, so no convention's
+rounding is written twice.
+
+Residuals: reverse mode keeps ``x`` (own dtype), per-row float32 statistics (the mean about
+the row's pivot, as the core saves it, and rstd; the seed convention's clamped denominator)
+and the parameters, the same budget as the XLA path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from jln import _layer_norm, _rms_norm
+from jln.kernels._plan import Plan
+from jln.kernels._portable import portable
+
+Array = jax.Array
+F32 = jnp.float32
+
+#: Operand kinds: one row of parameters for all rows, one row per group of ``t`` rows, or
+#: one row per row of ``x``.
+PARAM, GROUP, ROW = "param", "group", "row"
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """Everything static about one kernel call (hashable: it is a ``nondiff_argnum``)."""
+
+    op: str  # "ln" or "rms"
+    plan: Plan
+    names: tuple[str, ...]  # which optional operands are present, in slot order
+    kinds: tuple[tuple[str, int], ...]  # (kind, rows per group) per present operand
+    static: tuple[tuple[str, Any], ...]  # the core body's keyword arguments
+
+    @property
+    def kw(self) -> dict[str, Any]:
+        return dict(self.static)
+
+
+# ----------------------------------------------------------------------------- memory access
+
+
+def _masks(plan: Plan) -> tuple[Array, Array | None]:
+    """``(rows_ok [br, 1], cols_ok [1, W] or None)`` for this program's block."""
+    br = plan.block_rows
+    rows = pl.program_id(0) * br + lax.broadcasted_iota(jnp.int32, (br, 1), 0)
+    cols = None
+    if plan.masked_columns:
+        cols = lax.broadcasted_iota(jnp.int32, (1, plan.width), 1) < plan.n
+    return rows < plan.rows, cols
+
+
+def _and(a: Array | None, b: Array | None) -> Array | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return a & b
+
+
+def _load(plan: Plan, ref: Any, mask: Array | None) -> Array:
+    """Read a block, zero where ``mask`` is false (padding columns, rows past the end)."""
+    shape = ref.shape
+    if plan.target == "gpu" and mask is not None:
+        from jax.experimental.pallas import triton as plt
+
+        zero = jnp.zeros((), ref.dtype)
+        return plt.load(ref, mask=jnp.broadcast_to(mask, shape), other=zero)
+    v = ref[...]
+    if mask is not None:  # TPU: a partial last block holds unspecified rows
+        v = jnp.where(jnp.broadcast_to(mask, shape), v, jnp.zeros((), v.dtype))
+    return v
+
+
+def _store(plan: Plan, ref: Any, v: Array, mask: Array | None) -> None:
+    v = v.astype(ref.dtype)
+    if plan.target == "gpu" and mask is not None:
+        from jax.experimental.pallas import triton as plt
+
+        plt.store(ref, v, mask=jnp.broadcast_to(mask, ref.shape))
+    else:  # TPU's pipeline drops the rows of a partial last block itself
+        ref[...] = v
+
+
+def _zero_outside(mask: Array | None, v: Array) -> Array:
+    return v if mask is None else jnp.where(mask, v, jnp.zeros((), v.dtype))
+
+
+def _row_sum(v: Array) -> Array:
+    return jnp.sum(v, axis=1, keepdims=True)
+
+
+def _load_operands(spec: Spec, refs: Any, rows_ok: Array, cols_ok: Array | None) -> list[Array]:
+    """Present operands as float32 blocks: ``[1, W]`` for param/group, ``[br, W]`` for row."""
+    out = []
+    for ref, (kind, _) in zip(refs, spec.kinds, strict=True):
+        mask = _and(rows_ok, cols_ok) if kind == ROW else cols_ok
+        out.append(_load(spec.plan, ref, mask).astype(F32))
+    return out
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def _pivot(x: Array, cols_ok: Array | None) -> Array:
+    # mirrors jln._stats._pivot: the row's first element (a masked sum, since Triton tiles
+    # cannot be sliced)
+    first = lax.broadcasted_iota(jnp.int32, (1, x.shape[1]), 1) == 0
+    return _row_sum(jnp.where(first, x, 0.0))
+
+
+def _ln_centered(x: Array, cols_ok: Array | None, n: int) -> tuple[Array, Array, Array]:
+    """``(m, d, var)``: mirrors :func:`jln._stats.centered` over the ``n`` valid columns.
+
+    ``m`` is the mean about the pivot (what the core saves as ``jln.mean``); ``d = x - pivot - m``.
+    """
+    xs = _zero_outside(cols_ok, x - _pivot(x, cols_ok))
+    m = _row_sum(xs) / n
+    d = _zero_outside(cols_ok, xs - m)
+    return m, d, _row_sum(d * d) / n
+
+
+def _rstd(var: Array, eps: float) -> Array:
+    return lax.rsqrt(var + eps)  # mirrors jln._stats.inv_std (same value; its JVP rule is not needed here)
+
+
+# ----------------------------------------------------------------------------- the core's tails
+
+
+def _tail(spec: Spec) -> Any:
+    """The core function applied after the statistics, taking ``(y, *present_operands)``."""
+    kw = spec.kw
+    names = spec.names
+
+    def slots(ops: tuple[Array, ...]) -> dict[str, Array | None]:
+        got: dict[str, Array | None] = dict.fromkeys(("scale", "bias", "shift", "mscale"))
+        got.update(zip(names, ops, strict=True))
+        return got
+
+    if spec.op == "ln":
+
+        def ln_tail(y: Array, *ops: Array) -> Array:
+            s = slots(ops)
+            return _layer_norm.ln_affine(
+                y, s["scale"], s["bias"], s["shift"], s["mscale"],
+                out_dtype=kw["out_dtype"], mod_offset=kw["mod_offset"], mod_dtype=kw["mod_dtype"],
+            )
+
+        return portable(ln_tail)
+
+    def rms_tail(h: Array, *ops: Array) -> Array:
+        s = slots(ops)
+        return _rms_norm.rms_affine(
+            h, s["scale"], s["bias"], scale_dtype=kw["scale_dtype"], convention=kw["convention"],
+            io_dtype=kw["io_dtype"], out_dtype=kw["out_dtype"],
+        )
+
+    return portable(rms_tail)
+
+
+def _seed_denominator(spec: Spec, sum_sq: Array) -> Array:
+    kw = spec.kw
+    fn = functools.partial(
+        _rms_norm.seed_denominator, n=spec.plan.n, eps=kw["eps"], io_dtype=kw["io_dtype"]
+    )
+    return portable(fn)(sum_sq)
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+def _fwd_kernel(spec: Spec, *refs: Any) -> None:
+    plan, k = spec.plan, len(spec.kinds)
+    x_ref, op_refs, out_refs = refs[0], refs[1 : 1 + k], refs[1 + k :]
+    rows_ok, cols_ok = _masks(plan)
+    # GPU: rows past the end must not be read; TPU: their (unspecified) values are never stored
+    x = _load(plan, x_ref, _and(rows_ok, cols_ok) if plan.target == "gpu" else None).astype(F32)
+    ops = _load_operands(spec, op_refs, rows_ok, cols_ok)
+    if spec.op == "ln":
+        m, d, var = _ln_centered(x, cols_ok, plan.n)
+        rstd = _rstd(var, spec.kw["eps"])
+        y = _tail(spec)(d * rstd, *ops)
+        y_ref, m_ref, rstd_ref = out_refs
+        _store(plan, m_ref, m, rows_ok)
+    else:
+        sum_sq = _row_sum(x * x)
+        if spec.kw["convention"] == "seed":
+            rstd = _seed_denominator(spec, sum_sq)  # the clamped denominator, saved as is
+            h = x / rstd
+        else:
+            rstd = _rstd(sum_sq / plan.n, spec.kw["eps"])  # mirrors jln._stats.mean_square
+            h = x * rstd
+        y = _tail(spec)(h, *ops)
+        y_ref, rstd_ref = out_refs
+    _store(plan, y_ref, y, _and(rows_ok, cols_ok))
+    _store(plan, rstd_ref, rstd, rows_ok)
+
+
+def _bwd_kernel(spec: Spec, *refs: Any) -> None:
+    plan, k = spec.plan, len(spec.kinds)
+    n_stats = 2 if spec.op == "ln" else 1
+    x_ref, dy_ref = refs[0], refs[1]
+    stat_refs = refs[2 : 2 + n_stats]
+    op_refs = refs[2 + n_stats : 2 + n_stats + k]
+    dx_ref, dop_refs = refs[2 + n_stats + k], refs[3 + n_stats + k :]
+    rows_ok, cols_ok = _masks(plan)
+    valid = _and(rows_ok, cols_ok)
+    # rows past the end are zeroed (x, dy, statistics), so they add nothing to the partials
+    x = _load(plan, x_ref, valid).astype(F32)
+    dy = _load(plan, dy_ref, valid)
+    ops = _load_operands(spec, op_refs, rows_ok, cols_ok)
+    seed = spec.op == "rms" and spec.kw["convention"] == "seed"
+    stats = [_load(plan, r, rows_ok) for r in stat_refs]
+    if spec.op == "ln":
+        m, rstd = stats
+        xhat = _zero_outside(cols_ok, (x - _pivot(x, cols_ok) - m) * rstd)
+    elif seed:
+        (denom,) = stats
+        denom = jnp.where(rows_ok, denom, 1.0)
+        xhat = x / denom
+    else:
+        (rstd,) = stats
+        xhat = x * rstd
+    _, vjp = jax.vjp(_tail(spec), xhat, *ops)
+    g, *dops = vjp(dy)
+    # d xhat / d x, the derivative of the core's statistics (jax derives it on the XLA path):
+    # LN:  rstd * (g - mean(g) - xhat * mean(g * xhat));  RMS: rstd * (g - xhat * mean(g * xhat))
+    g = _zero_outside(cols_ok, g)
+    proj = xhat * (_row_sum(g * xhat) / plan.n)
+    if spec.op == "ln":
+        dx = rstd * (g - _row_sum(g) / plan.n - proj)
+    elif seed:  # a clamped row's denominator is the constant eps
+        dx = jnp.where(denom > spec.kw["eps"], g - proj, g) / denom
+    else:
+        dx = rstd * (g - proj)
+    _store(plan, dx_ref, dx, valid)
+    for ref, dop, (kind, _) in zip(dop_refs, dops, spec.kinds, strict=True):
+        _store(plan, ref, dop, valid if kind == ROW else cols_ok)
+
+
+# ----------------------------------------------------------------------------- pallas_call
+
+
+def _row_spec(plan: Plan) -> pl.BlockSpec:
+    return pl.BlockSpec((plan.block_rows, plan.width), lambda i: (i, 0))
+
+
+def _stat_spec(plan: Plan) -> pl.BlockSpec:
+    return pl.BlockSpec((plan.block_rows, 1), lambda i: (i, 0))
+
+
+def _operand_spec(plan: Plan, kind: str, t: int) -> pl.BlockSpec:
+    if kind == ROW:
+        return _row_spec(plan)
+    br = plan.block_rows
+    return pl.BlockSpec((None, 1, plan.width), lambda i: ((i * br) // t, 0, 0))
+
+
+def _partial_spec(plan: Plan) -> pl.BlockSpec:
+    return pl.BlockSpec((None, 1, plan.width), lambda i: (i, 0, 0))
+
+
+def _pallas(spec: Spec, kernel: Any, in_specs: list[Any], out_specs: list[Any], out_shape: list[Any]) -> Any:
+    plan = spec.plan
+    kwargs: dict[str, Any] = {}
+    if plan.interpret:
+        kwargs["interpret"] = True
+    elif plan.target == "gpu":
+        from jax.experimental.pallas import triton as plt
+
+        kwargs["compiler_params"] = plt.CompilerParams(num_warps=plan.num_warps, num_stages=1)
+    else:
+        from jax.experimental.pallas import tpu as pltpu
+
+        kwargs["compiler_params"] = pltpu.CompilerParams(dimension_semantics=("parallel",))
+    return pl.pallas_call(
+        functools.partial(kernel, spec),
+        grid=(plan.num_blocks,),
+        in_specs=in_specs,
+        out_specs=out_specs,
+        out_shape=out_shape,
+        name=f"jln_{spec.op}_{kernel.__name__.strip('_')}",
+        **kwargs,
+    )
+
+
+def _forward(spec: Spec, x: Array, ops: tuple[Array, ...]) -> tuple[Array, list[Array]]:
+    plan = spec.plan
+    kw = spec.kw
+    if spec.op == "ln":
+        modulated = "shift" in spec.names or "mscale" in spec.names
+        y_dtype = kw["mod_dtype"] if modulated else kw["out_dtype"]
+    else:
+        y_dtype = kw["out_dtype"]
+    n_stats = 2 if spec.op == "ln" else 1
+    stat = jax.ShapeDtypeStruct((plan.rows, 1), F32)
+    outs = _pallas(
+        spec,
+        _fwd_kernel,
+        [_row_spec(plan)] + [_operand_spec(plan, kd, t) for kd, t in spec.kinds],
+        [_row_spec(plan)] + [_stat_spec(plan)] * n_stats,
+        [jax.ShapeDtypeStruct((plan.rows, plan.n), y_dtype)] + [stat] * n_stats,
+    )(x, *ops)
+    return outs[0], list(outs[1:])
+
+
+def _backward(spec: Spec, x: Array, stats: list[Array], ops: tuple[Array, ...], dy: Array) -> tuple[Array, ...]:
+    plan = spec.plan
+    partial = jax.ShapeDtypeStruct((plan.num_blocks, 1, plan.n), F32)
+    out_shape = [jax.ShapeDtypeStruct(x.shape, x.dtype)]
+    out_specs = [_row_spec(plan)]
+    for op, (kind, _) in zip(ops, spec.kinds, strict=True):
+        out_shape.append(jax.ShapeDtypeStruct(op.shape, op.dtype) if kind == ROW else partial)
+        out_specs.append(_row_spec(plan) if kind == ROW else _partial_spec(plan))
+    outs = _pallas(
+        spec,
+        _bwd_kernel,
+        [_row_spec(plan), _row_spec(plan)]
+        + [_stat_spec(plan)] * len(stats)
+        + [_operand_spec(plan, kd, t) for kd, t in spec.kinds],
+        out_specs,
+        out_shape,
+    )(x, dy, *stats, *ops)
+    dx, parts = outs[0], outs[1:]
+    grads = []
+    for op, part, (kind, t) in zip(ops, parts, spec.kinds, strict=True):
+        if kind == PARAM:
+            part = jnp.sum(part, axis=0, keepdims=True)
+        elif kind == GROUP:  # blocks never straddle groups: sum each group's t/br blocks
+            part = jnp.sum(part.reshape(op.shape[0], t // plan.block_rows, 1, plan.n), axis=1)
+        grads.append(part.astype(op.dtype))
+    return (dx, *grads)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def call(spec: Spec, x: Array, *ops: Array) -> Array:
+    """The kernel path on ``x [rows, n]`` and prepared operands; differentiable in reverse mode."""
+    return _forward(spec, x, ops)[0]
+
+
+def _call_fwd(spec: Spec, x: Array, *ops: Array) -> tuple[Array, Any]:
+    y, stats = _forward(spec, x, ops)
+    return y, (x, stats, ops)
+
+
+def _call_bwd(spec: Spec, res: Any, dy: Array) -> tuple[Array, ...]:
+    x, stats, ops = res
+    return _backward(spec, x, stats, ops, dy)
+
+
+call.defvjp(_call_fwd, _call_bwd)

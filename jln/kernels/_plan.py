@@ -1,0 +1,96 @@
+"""Block sizes and the layout each backend's kernels use (one small function per target)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+#: Widest row a one-row-block-per-program kernel keeps in registers; wider rows use XLA.
+MAX_WIDTH = 65536
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How one call is tiled.
+
+    ``target`` is ``"gpu"`` (Triton: every tile a power of two, so the width is padded to
+    ``width`` and loads/stores are masked) or ``"tpu"`` (Mosaic: tiles span the exact row,
+    block rows a multiple of 8, partial last blocks handled by the pipeline).
+    """
+
+    target: str
+    interpret: bool
+    rows: int
+    n: int
+    width: int
+    block_rows: int
+    num_warps: int | None
+
+    @property
+    def num_blocks(self) -> int:
+        return -(-self.rows // self.block_rows)
+
+    @property
+    def masked_columns(self) -> bool:
+        return self.width != self.n
+
+
+def gpu_blocks(n: int, dtype: object) -> tuple[int, int]:
+    """``(block_rows, num_warps)`` for a row of ``n`` elements of ``dtype`` on a GPU.
+
+    A program holds about 4K float32 values (16 KiB of registers across its warps), so narrow
+    rows are batched several per program; warps grow with the tile so each thread loads about
+    16 bytes per row pass.
+    """
+    width = next_power_of_2(n)
+    block_rows = max(1, min(64, 4096 // width))
+    per_thread = max(1, 16 // jnp.dtype(dtype).itemsize)  # elements in one 16-byte load
+    num_warps = next_power_of_2(max(1, (block_rows * width) // (32 * per_thread)))
+    return block_rows, max(1, min(16, num_warps))
+
+
+def tpu_block_rows(n: int) -> int:
+    """Block rows for a TPU: a multiple of 8 sublanes, about 512 KiB of float32 per tile."""
+    lanes = -(-n // 128) * 128
+    rows = (512 * 1024) // (4 * lanes)
+    return max(8, min(1024, rows // 8 * 8))
+
+
+def make_plan(
+    target: str, interpret: bool, rows: int, n: int, dtype: object, group_rows: tuple[int, ...]
+) -> Plan:
+    """The tiling for ``rows x n`` on ``target``.
+
+    ``group_rows`` lists the row counts of per-group conditions (DiT's ``[B, 1, D]`` shift is
+    one group of T rows per example): a block must not straddle two groups, so block rows are
+    cut to divide each (the caller materializes groups for which :func:`group_block_ok` fails).
+    """
+    if target == "gpu":
+        block_rows, num_warps = gpu_blocks(n, dtype)
+        block_rows = min(block_rows, next_power_of_2(rows))
+        for t in group_rows:
+            while t % block_rows:
+                block_rows //= 2
+        return Plan(target, interpret, rows, n, next_power_of_2(n), block_rows, num_warps)
+    block_rows = tpu_block_rows(n)
+    if group_rows:
+        for t in group_rows:
+            block_rows = min(block_rows, t)
+            while t % block_rows:
+                block_rows -= 8
+    elif rows <= block_rows:
+        block_rows = rows  # a block equal to the full dimension is always legal
+    return Plan(target, interpret, rows, n, n, block_rows, None)
+
+
+def group_block_ok(target: str, t: int, n: int, dtype: object) -> bool:
+    """Whether a condition shared by groups of ``t`` rows can be read one block per program
+    without shrinking blocks below 8 rows (or below the default, if that is smaller)."""
+    if target == "tpu":
+        return t % 8 == 0
+    return t & -t >= min(8, gpu_blocks(n, dtype)[0])  # t & -t: largest power of 2 dividing t
