@@ -1,0 +1,60 @@
+"""Helpers shared by jln's tests: float64 scoping and forward/backward against torch."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jln import _compare, _registry
+
+
+@contextlib.contextmanager
+def x64_if(dtype: str) -> Iterator[None]:
+    """Enable float64 for the block when ``dtype`` is float64."""
+    if dtype == "float64":
+        with jax.enable_x64(True):
+            yield
+    else:
+        yield
+
+
+def cotangent(shape: tuple[int, ...], dtype: Any, seed: int = 1) -> np.ndarray:
+    """A random cotangent rounded to ``dtype`` (NumPy, bf16 as ml_dtypes)."""
+    g = np.random.default_rng(seed).standard_normal(shape)
+    dt = np.dtype(jnp.dtype(dtype))
+    return g.astype(np.float64) if dt == np.float64 else g.astype(np.float32).astype(dt)
+
+
+def jln_vjp(op: _registry.Op, inputs: dict[str, np.ndarray], k: int, grads_of: tuple[str, ...], cts: list[np.ndarray]) -> dict[str, Any]:
+    """Gradients of ``sum(out_i * ct_i)`` w.r.t. the named inputs, through jln."""
+    fixed = {n: jnp.asarray(v) for n, v in inputs.items() if n not in grads_of}
+
+    def f(*arrays: Any) -> tuple[Any, ...]:
+        return op.call_jln({**fixed, **dict(zip(grads_of, arrays, strict=True))}, k)
+
+    outs, vjp = jax.vjp(f, *[jnp.asarray(inputs[n]) for n in grads_of])
+    grads = vjp(tuple(jnp.asarray(c).astype(o.dtype) for c, o in zip(cts, outs, strict=True)))
+    return dict(zip(grads_of, grads, strict=True))
+
+
+def torch_vjp(op: _registry.Op, tensors: dict[str, Any], k: int, grads_of: tuple[str, ...], cts: list[np.ndarray]) -> dict[str, Any]:
+    """The same gradients through the torch reference (autograd)."""
+    import torch
+
+    leaves = {n: t.detach().clone().requires_grad_(n in grads_of) for n, t in tensors.items()}
+    outs = op.call_torch(leaves, k)
+    total = sum((o * torch.from_numpy(np.asarray(c, np.float64)).to(o.dtype)).sum() for o, c in zip(outs, cts, strict=True))
+    total.backward()
+    return {n: leaves[n].grad for n in grads_of}
+
+
+def check(jln_out: Any, torch_out: Any, ref64: Any, *, exact: bool = False, what: str = "") -> _compare.Report:
+    """Assert the parity rule for one output; return the report."""
+    rep = _compare.compare(jln_out, torch_out, ref64, exact=exact)
+    assert rep.passed, f"{what}: {rep}"
+    return rep
