@@ -1,0 +1,240 @@
+"""Convert PyTorch norm layers and blocks (and their checkpoints) to jln, and back.
+
+``from_torch`` turns a torch module (``torch.nn``, transformers or diffusers) into the jln
+Flax module that computes the same numbers, with its weights; ``to_torch_state_dict`` turns
+the jln parameters back into a ``state_dict`` that the original torch class loads with
+``strict=True``. torch is optional: importing this module does not import it, only calling
+these functions does (transformers and diffusers are never imported: their classes are
+recognised by name and attributes).
+
+Example:
+  >>> import torch, jax.numpy as jnp, numpy as np
+  >>> from jln.interop import from_torch, to_torch_state_dict
+  >>> block = torch.nn.LayerNorm(8).eval()
+  >>> ln, variables = from_torch(block)
+  >>> x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+  >>> y = ln.apply(variables, jnp.asarray(x))
+  >>> bool(np.allclose(y, block(torch.from_numpy(x)).detach().numpy(), atol=1e-6))
+  True
+  >>> block.load_state_dict(to_torch_state_dict(variables, ln), strict=True)
+  <All keys matched successfully>
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flax import traverse_util
+
+_API = ("linen", "nnx")
+
+
+def supported_modules() -> tuple[str, ...]:
+    """The torch classes :func:`from_torch` converts, each with the jln class it becomes.
+
+    Returns:
+      tuple of strings ``"<torch class> -> <jln class>"``, in recognition order.
+
+    Example:
+      >>> from jln.interop import supported_modules
+      >>> supported_modules()[0]
+      'torch.nn.LayerNorm -> LayerNorm'
+    """
+    from jln.interop import _converters
+
+    return tuple(f"{c.source} -> {c.target}" for c in _converters.CONVERTERS)
+
+
+def _build(spec: Any, api: str) -> Any:
+    if spec.namespace == "flax":
+        import flax.linen as linen_ns
+        from flax import nnx as nnx_ns
+    else:
+        from jln import linen as linen_ns  # type: ignore[no-redef]
+        from jln import nnx as nnx_ns  # type: ignore[no-redef]
+    if api == "linen":
+        return getattr(linen_ns, spec.cls)(**spec.linen_sizes, **spec.options)
+    from flax import nnx
+
+    cls = getattr(nnx_ns, spec.nnx_cls or spec.cls)
+    return cls(*spec.nnx_sizes, **spec.options, rngs=nnx.Rngs(0))
+
+
+def _flat(tree: Mapping[str, Any]) -> dict[str, Any]:
+    return {"/".join(map(str, k)): v for k, v in traverse_util.flatten_dict(dict(tree)).items()}
+
+
+def _load_nnx(module: Any, params: dict[str, Any], fn: str) -> Any:
+    """Assign ``params`` to the nnx module's ``nnx.Param`` variables (same tree as linen)."""
+    from flax import nnx
+
+    state = nnx.state(module, nnx.Param)
+    have = {k: (tuple(v.shape), v.dtype) for k, v in _flat(nnx.to_pure_dict(state)).items()}
+    want = {k: (tuple(v.shape), v.dtype) for k, v in _flat(params).items()}
+    if {k: s for k, (s, _) in have.items()} != {k: s for k, (s, _) in want.items()}:
+        raise RuntimeError(
+            f"{fn}: internal mismatch between jln.nnx.{type(module).__name__}'s parameters "
+            f"{sorted(have.items())} and the converted checkpoint {sorted(want.items())}. "
+            f"Please report this as a jln bug."
+        )
+    nnx.replace_by_pure_dict(state, params)
+    nnx.update(module, state)
+    if hasattr(module, "eval"):
+        module.eval()  # inference, like a torch module after .eval(); call .train() for dropout
+    return module
+
+
+def from_torch(module: Any, *, api: str = "linen") -> Any:
+    """Convert a torch norm layer or block into the jln Flax module with the same numbers.
+
+    The result is called like the torch module's ``forward``: ``(x)`` for norms and
+    ``Linear``; ``(x, emb)`` for diffusers ``AdaLayerNormZero`` / ``AdaLayerNormZeroSingle``
+    (``emb`` already embedded: torch's ``forward(x, emb=emb)``) and ``(x, cond)`` for
+    ``AdaLayerNormContinuous``; ``(src, src_key_padding_mask=...)`` for
+    ``TransformerEncoderLayer`` (eval mode: linen ``deterministic=True`` by default, the nnx
+    module is returned in ``.eval()`` mode). It returns torch's tuple structure and dtypes,
+    with the same numbers within the core's tolerances (bfloat16: bit-exact on almost every
+    element). Parameters keep the checkpoint's dtypes (``param_dtype`` is set from them): in
+    the LLaMA, T5 and diffusers conventions they decide the output dtype, as in torch.
+
+    Mapping: ``Linear.weight [out, in]`` -> ``kernel [in, out]``; norm ``weight`` ->
+    ``scale`` (Gemma's stored as is: the gemma convention multiplies by ``1 + scale``),
+    ``bias`` -> ``bias``; ``in_proj_weight`` -> ``query``/``key``/``value`` kernels. See
+    :func:`supported_modules` for the recognised classes.
+
+    Args:
+      module: a torch module, e.g. ``torch.nn.LayerNorm``, ``torch.nn.RMSNorm``,
+        ``torch.nn.TransformerEncoderLayer``, ``torch.nn.Linear``, transformers'
+        ``LlamaRMSNorm``/``GemmaRMSNorm``/``T5LayerNorm``..., diffusers' ``RMSNorm``,
+        ``AdaLayerNormZero``, ``AdaLayerNormContinuous``.
+      api: ``"linen"`` or ``"nnx"``.
+
+    Returns:
+      ``api="linen"``: ``(linen_module, variables)`` with ``variables = {"params": ...}``;
+      call ``linen_module.apply(variables, x, ...)``. ``api="nnx"``: the nnx module with the
+      weights loaded; call ``module(x, ...)``. ``torch.nn.Linear`` becomes ``flax.linen.Dense``
+      / ``flax.nnx.Linear``.
+
+    Raises:
+      TypeError: ``module`` is not a supported class (the message lists the supported ones).
+      ValueError: a supported class in a configuration jln cannot reproduce (e.g. a custom
+        activation, ``AdaLayerNormZero`` with its own label embedding), an unknown ``api``, or
+        float64 weights while JAX's 64-bit mode is off.
+      ImportError: torch is not installed.
+
+    Example:
+      >>> import torch
+      >>> from jln.interop import from_torch
+      >>> norm, variables = from_torch(torch.nn.RMSNorm(16))
+      >>> norm.convention, variables["params"]["scale"].shape
+      ('torch', (16,))
+    """
+    fn = "jln.interop.from_torch"
+    if api not in _API:
+        raise ValueError(f"{fn}: `api` must be one of {_API}; received {api!r}.")
+    from jln.interop import _arrays, _converters
+
+    _arrays.import_torch(fn)
+    conv = _converters.find(module)
+    if conv is None:
+        listed = "\n  ".join(supported_modules())
+        raise TypeError(
+            f"{fn}: no converter for {type(module).__module__}.{type(module).__qualname__}. "
+            f"Supported modules:\n  {listed}\nConvert the supported parts (e.g. each norm) "
+            f"one by one, or write the block with jln.linen / jln.nnx modules."
+        )
+    spec, params = conv.convert(module, fn)
+    jmod = _build(spec, api)
+    if api == "linen":
+        return jmod, {"params": params}
+    return _load_nnx(jmod, params, fn)
+
+
+def _layout_of(module: Any, fn: str) -> Any:
+    import flax.linen
+    from flax import nnx
+
+    from jln import linen as jlinen
+    from jln import nnx as jnnx
+    from jln.interop import _converters
+
+    if isinstance(module, (flax.linen.Dense, nnx.Linear)):
+        return _converters.LAYOUTS["Dense"]
+    for name, layout in _converters.LAYOUTS.items():
+        for ns in (jlinen, jnnx):
+            cls = getattr(ns, name, None)
+            if isinstance(cls, type) and isinstance(module, cls):
+                return layout
+    raise TypeError(
+        f"{fn}: no torch layout for {type(module).__module__}.{type(module).__qualname__}; "
+        f"expected a jln.linen / jln.nnx module among {sorted(_converters.LAYOUTS)} (or flax "
+        f"Dense / nnx.Linear), as returned by jln.interop.from_torch."
+    )
+
+
+def to_torch_state_dict(variables: Any, module: Any = None) -> dict[str, Any]:
+    """The torch ``state_dict`` of jln parameters: the inverse of :func:`from_torch`.
+
+    The jln module decides the torch layout, so the mapping is unambiguous: ``LayerNorm`` and
+    ``RMSNorm`` (any convention) give ``weight`` (+ ``bias``), ``AdaLNZero`` gives
+    ``linear.*``, ``AdaLNContinuous`` gives ``linear.*`` and ``norm.*``,
+    ``TransformerEncoderLayer`` gives torch's ``self_attn.in_proj_weight`` (q, k, v stacked),
+    ``self_attn.out_proj.*``, ``linear1.*``, ``linear2.*``, ``norm1.*``, ``norm2.*``; Dense
+    gives ``weight`` (transposed kernel) and ``bias``. Tensors keep the parameters' dtypes and
+    values bit for bit, so the result loads with ``load_state_dict(..., strict=True)`` into the
+    torch class the module was converted from.
+
+    Args:
+      variables: linen variables (``{"params": ...}`` or the params tree itself) together with
+        ``module``, the linen module they belong to; or an nnx module alone (its ``nnx.Param``
+        values are used).
+      module: the ``jln.linen`` module (or ``flax.linen.Dense``); omit for nnx.
+
+    Returns:
+      dict from torch parameter name to a CPU ``torch.Tensor``.
+
+    Raises:
+      TypeError: the module is not a jln module with a torch layout, or linen variables were
+        given without their module.
+      ValueError: the parameter tree does not have the module's parameters.
+      ImportError: torch is not installed.
+
+    Example:
+      >>> import torch
+      >>> from jln.interop import from_torch, to_torch_state_dict
+      >>> norm = from_torch(torch.nn.LayerNorm(4), api="nnx")
+      >>> sorted(to_torch_state_dict(norm))
+      ['bias', 'weight']
+    """
+    fn = "jln.interop.to_torch_state_dict"
+    from jln.interop import _arrays
+
+    _arrays.import_torch(fn)
+    if module is None:
+        from flax import nnx
+
+        if not isinstance(variables, nnx.Module):
+            raise TypeError(
+                f"{fn}: pass an nnx module alone, or linen variables together with their module "
+                f"(to_torch_state_dict(variables, module)); received only a "
+                f"{type(variables).__name__}."
+            )
+        module = variables
+        params = nnx.to_pure_dict(nnx.state(module, nnx.Param))
+    else:
+        if not isinstance(variables, Mapping):
+            raise TypeError(f"{fn}: `variables` must be a dict; received {type(variables).__name__}.")
+        params = variables["params"] if "params" in variables else variables
+    layout = _layout_of(module, fn)
+    try:
+        arrays = layout.to_state_dict(params)
+    except (KeyError, TypeError) as e:
+        raise ValueError(
+            f"{fn}: the parameters do not match {type(module).__name__}'s torch layout (missing "
+            f"{e}); received the tree {sorted(_flat(params))}."
+        ) from None
+    return {k: _arrays.to_torch(v, k, fn) for k, v in arrays.items()}
+
+
+__all__ = ["from_torch", "supported_modules", "to_torch_state_dict"]

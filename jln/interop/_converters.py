@@ -1,0 +1,401 @@
+"""The one table of torch -> jln converters, and the inverse layouts.
+
+Each :class:`Converter` recognises a torch module (``isinstance`` for ``torch.nn`` classes whose
+``forward`` is not overridden; class name plus attributes for transformers and diffusers, which
+are never imported), and turns it once into a :class:`Spec` (which jln class, which options)
+and a parameter tree. The linen and nnx results are built from that same pair. Each converter
+points at a :class:`Layout`, keyed by the jln class, which maps a parameter tree back to the
+torch ``state_dict`` keys; every torch class converted to a given jln class has that layout,
+so the jln module alone decides the torch layout.
+
+No norm formula lives here: the conventions are options of the jln modules, which call
+:func:`jln.layer_norm`, :func:`jln.rms_norm` and :func:`jln.adaptive_layer_norm`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jln.interop._arrays import to_jax
+
+Params = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How to build the converted module, identically for linen and nnx.
+
+    linen: ``<namespace>.linen.<cls>(**linen_sizes, **options)``; nnx:
+    ``<namespace>.nnx.<nnx_cls or cls>(*nnx_sizes, **options, rngs=...)``.
+    """
+
+    cls: str
+    linen_sizes: dict[str, Any]
+    nnx_sizes: tuple[Any, ...]
+    options: dict[str, Any]
+    namespace: str = "jln"  # "flax" for plain Dense / nnx.Linear
+    nnx_cls: str | None = None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A jln module's parameter tree -> torch ``state_dict`` (arrays, not yet tensors)."""
+
+    jln_class: str
+    to_state_dict: Callable[[Params], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Converter:
+    """One torch class (or family) -> one jln class."""
+
+    source: str
+    target: str
+    recognise: Callable[[Any], bool]
+    convert: Callable[[Any, str], tuple[Spec, Params]]
+    layout: Layout
+    notes: str = field(default="")
+
+
+# --------------------------------------------------------------------------- recognisers
+
+
+def _torch_nn(name: str) -> Callable[[Any], bool]:
+    """``isinstance(m, torch.nn.<name>)`` with the class's own ``forward`` (not a subclass that
+    changes the computation). torch is already imported whenever a torch module exists."""
+
+    def recognise(m: Any) -> bool:
+        torch = sys.modules.get("torch")
+        cls = None if torch is None else getattr(torch.nn, name, None)
+        return cls is not None and isinstance(m, cls) and type(m).forward is cls.forward
+
+    return recognise
+
+
+def _named(names: tuple[str, ...], attrs: tuple[str, ...], package: str | None = None) -> Callable[[Any], bool]:
+    """Class name in ``names``, every attribute in ``attrs`` present, optionally defined in
+    ``package`` (for a generic name such as diffusers' ``RMSNorm``)."""
+
+    def recognise(m: Any) -> bool:
+        t = type(m)
+        if t.__name__ not in names or not hasattr(m, "state_dict"):
+            return False
+        if package is not None and not t.__module__.split(".")[0] == package:
+            return False
+        return all(hasattr(m, a) for a in attrs)
+
+    return recognise
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _what(m: Any) -> str:
+    return f"{type(m).__module__}.{type(m).__qualname__}"
+
+
+def _param_dtype(params: Params) -> Any:
+    """The checkpoint's parameter dtype (the first leaf's), float32 when there is none."""
+    leaves = jax.tree_util.tree_leaves(params)
+    return leaves[0].dtype if leaves else jnp.dtype(jnp.float32)
+
+
+def _unsupported(m: Any, fn: str, why: str, fix: str) -> ValueError:
+    return ValueError(f"{fn}: cannot convert this {_what(m)}: {why}. {fix}")
+
+
+def _affine(m: Any, fn: str, prefix: str = "") -> Params:
+    """``weight``/``bias`` of a norm -> ``scale``/``bias`` (absent ones left out)."""
+    p: Params = {}
+    if getattr(m, "weight", None) is not None:
+        p["scale"] = to_jax(m.weight, prefix + "weight", fn)
+    if getattr(m, "bias", None) is not None:
+        p["bias"] = to_jax(m.bias, prefix + "bias", fn)
+    return p
+
+
+def _linear(m: Any, fn: str, prefix: str = "") -> Params:
+    """torch ``Linear.weight [out, in]`` -> ``kernel [in, out]``; bias as is."""
+    p: Params = {"kernel": to_jax(m.weight, prefix + "weight", fn).T}
+    if m.bias is not None:
+        p["bias"] = to_jax(m.bias, prefix + "bias", fn)
+    return p
+
+
+def _axis(shape: tuple[int, ...]) -> int | tuple[int, ...]:
+    k = len(shape)
+    return -1 if k == 1 else tuple(range(-k, 0))
+
+
+def _features(shape: tuple[int, ...]) -> int | tuple[int, ...]:
+    return shape[0] if len(shape) == 1 else shape
+
+
+def _one_axis_weight(m: Any, fn: str) -> int:
+    """Size of the last axis for norms that reduce over the last axis only (transformers)."""
+    w = m.weight
+    if w is None or w.ndim != 1:
+        raise _unsupported(
+            m, fn, f"expected a 1-D `weight`, found shape {None if w is None else tuple(w.shape)}",
+            "These classes normalize over the last axis only; use a 1-D weight.",
+        )
+    return int(w.shape[0])
+
+
+# --------------------------------------------------------------------------- layouts
+
+
+def _sd_affine(p: Params, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    if "scale" in p:
+        out[prefix + "weight"] = p["scale"]
+    if "bias" in p:
+        out[prefix + "bias"] = p["bias"]
+    return out
+
+
+def _sd_linear(p: Params, prefix: str = "") -> dict[str, Any]:
+    out = {prefix + "weight": jnp.asarray(p["kernel"]).T}
+    if "bias" in p:
+        out[prefix + "bias"] = p["bias"]
+    return out
+
+
+def _sd_adaptive(p: Params) -> dict[str, Any]:
+    return {**_sd_linear(p["linear"], "linear."), **_sd_affine(p.get("norm", {}), "norm.")}
+
+
+def _sd_encoder_layer(p: Params) -> dict[str, Any]:
+    sa = p["self_attn"]
+    qkv = [sa[n] for n in ("query", "key", "value")]
+    return {
+        "self_attn.in_proj_weight": jnp.concatenate([jnp.asarray(t["kernel"]).T for t in qkv], axis=0),
+        "self_attn.in_proj_bias": jnp.concatenate([t["bias"] for t in qkv], axis=0),
+        **_sd_linear(sa["out"], "self_attn.out_proj."),
+        **_sd_linear(p["linear1"], "linear1."),
+        **_sd_linear(p["linear2"], "linear2."),
+        **_sd_affine(p["norm1"], "norm1."),
+        **_sd_affine(p["norm2"], "norm2."),
+    }
+
+
+LAYOUTS: dict[str, Layout] = {
+    name: Layout(name, fn)
+    for name, fn in (
+        ("LayerNorm", _sd_affine),
+        ("RMSNorm", _sd_affine),
+        ("AdaLNZero", _sd_adaptive),
+        ("AdaLNContinuous", _sd_adaptive),
+        ("TransformerEncoderLayer", _sd_encoder_layer),
+        ("Dense", _sd_linear),
+    )
+}
+
+
+# --------------------------------------------------------------------------- converters
+
+
+def _conv_layer_norm(m: Any, fn: str) -> tuple[Spec, Params]:
+    shape = tuple(int(s) for s in m.normalized_shape)
+    p = _affine(m, fn)
+    opts = dict(eps=float(m.eps), axis=_axis(shape), use_scale="scale" in p, use_bias="bias" in p,
+                param_dtype=_param_dtype(p))
+    return Spec("LayerNorm", {}, (_features(shape),), opts), p
+
+
+def _conv_torch_rms(m: Any, fn: str) -> tuple[Spec, Params]:
+    shape = tuple(int(s) for s in m.normalized_shape)
+    p = _affine(m, fn)
+    # eps=None stays None: jln's "torch" convention applies torch's finfo rule per input dtype
+    opts = dict(eps=None if m.eps is None else float(m.eps), convention="torch", axis=_axis(shape),
+                use_scale="scale" in p, param_dtype=_param_dtype(p))
+    return Spec("RMSNorm", {}, (_features(shape),), opts), p
+
+
+def _hf_rms(convention: str, eps_attr: str) -> Callable[[Any, str], tuple[Spec, Params]]:
+    def convert(m: Any, fn: str) -> tuple[Spec, Params]:
+        d = _one_axis_weight(m, fn)
+        p = {"scale": to_jax(m.weight, "weight", fn)}
+        opts = dict(eps=float(getattr(m, eps_attr)), convention=convention, axis=-1, use_scale=True,
+                    param_dtype=_param_dtype(p))
+        return Spec("RMSNorm", {}, (d,), opts), p
+
+    return convert
+
+
+def _conv_diffusers_rms(m: Any, fn: str) -> tuple[Spec, Params]:
+    dim = tuple(int(s) for s in m.dim)
+    if len(dim) != 1:
+        raise _unsupported(
+            m, fn, f"dim={dim} has several axes but diffusers reduces over the last axis only",
+            "Use a 1-D dim.",
+        )
+    p = _affine(m, fn)
+    opts = dict(eps=float(m.eps), convention="diffusers", axis=-1, use_scale="scale" in p,
+                use_bias="bias" in p, param_dtype=_param_dtype(p))
+    return Spec("RMSNorm", {}, (dim[0],), opts), p
+
+
+def _plain_norm_eps(m: Any, norm: Any, fn: str) -> float:
+    """eps of a diffusers LayerNorm / FP32LayerNorm without affine (an adaLN-Zero's norm)."""
+    ok = (type(norm).__name__ in ("LayerNorm", "FP32LayerNorm") and len(norm.normalized_shape) == 1
+          and getattr(norm, "weight", None) is None and getattr(norm, "bias", None) is None)
+    if not ok:
+        raise _unsupported(
+            m, fn, f"its norm is {type(norm).__name__}, expected a LayerNorm without affine",
+            "Only norm_type='layer_norm' / 'fp32_layer_norm' are supported.",
+        )
+    return float(norm.eps)
+
+
+def _ada_zero(k: int) -> Callable[[Any, str], tuple[Spec, Params]]:
+    def convert(m: Any, fn: str) -> tuple[Spec, Params]:
+        if getattr(m, "emb", None) is not None:
+            raise _unsupported(
+                m, fn, "it embeds timesteps and labels itself (num_embeddings was set)",
+                "Convert the embedding separately, build AdaLayerNormZero(embedding_dim) and call "
+                "the jln module with the embedded condition: (x, emb).",
+            )
+        eps = _plain_norm_eps(m, m.norm, fn)
+        d = int(m.norm.normalized_shape[0])
+        lin = m.linear
+        if lin.out_features != k * d:
+            raise _unsupported(m, fn, f"linear.out_features={lin.out_features} != {k}*{d}", "")
+        p = {"linear": _linear(lin, fn, "linear.")}
+        opts = dict(num_chunks=k, eps=eps, use_bias=lin.bias is not None,
+                    param_dtype=_param_dtype(p))
+        return Spec("AdaLNZero", {"features": d}, (int(lin.in_features), d), opts), p
+
+    return convert
+
+
+def _conv_ada_continuous(m: Any, fn: str) -> tuple[Spec, Params]:
+    norm, lin = m.norm, m.linear
+    name = type(norm).__name__
+    if name == "LayerNorm" and len(norm.normalized_shape) == 1:
+        norm_type, d, eps = "layer_norm", int(norm.normalized_shape[0]), float(norm.eps)
+    elif name == "RMSNorm" and hasattr(norm, "dim") and len(norm.dim) == 1:
+        norm_type, d, eps = "rms_norm", int(norm.dim[0]), float(norm.eps)
+    else:
+        raise _unsupported(m, fn, f"its norm is {name}", "Only norm_type 'layer_norm' and 'rms_norm'.")
+    affine = getattr(norm, "weight", None) is not None
+    use_bias = lin.bias is not None
+    if norm_type == "layer_norm" and affine and (getattr(norm, "bias", None) is not None) != use_bias:
+        raise _unsupported(
+            m, fn, "its LayerNorm bias and its linear bias disagree (diffusers sets both from `bias`)",
+            "Give both a bias or neither.",
+        )
+    p: Params = {"linear": _linear(lin, fn, "linear.")}
+    if affine:
+        p["norm"] = _affine(norm, fn, "norm.")
+    opts = dict(eps=eps, elementwise_affine=affine, use_bias=use_bias, norm_type=norm_type,
+                param_dtype=_param_dtype(p))
+    return Spec("AdaLNContinuous", {"features": d}, (int(lin.in_features), d), opts), p
+
+
+def _activation_name(m: Any, fn: str) -> str:
+    import torch
+
+    act = m.activation
+    if act is torch.nn.functional.relu or type(act) is torch.nn.ReLU:
+        return "relu"
+    if act is torch.nn.functional.gelu or (type(act) is torch.nn.GELU and act.approximate == "none"):
+        return "gelu"
+    raise _unsupported(m, fn, f"activation {act!r}", "Supported: 'relu' and exact 'gelu'.")
+
+
+def _conv_encoder_layer(m: Any, fn: str) -> tuple[Spec, Params]:
+    sa = m.self_attn
+    checks = [
+        (sa._qkv_same_embed_dim, "query, key and value have different embedding sizes"),
+        (sa.in_proj_bias is not None and m.linear1.bias is not None, "it was built with bias=False"),
+        (sa.bias_k is None and sa.bias_v is None, "self_attn has add_bias_kv=True"),
+        (not sa.add_zero_attn, "self_attn has add_zero_attn=True"),
+        (m.norm1.weight is not None and m.norm2.weight is not None, "its LayerNorms lack weights"),
+        (m.norm1.eps == m.norm2.eps, f"norm1.eps={m.norm1.eps} != norm2.eps={m.norm2.eps}"),
+        (len({m.dropout.p, m.dropout1.p, m.dropout2.p, sa.dropout}) == 1, "its dropout rates differ"),
+    ]
+    for ok, why in checks:
+        if not ok:
+            raise _unsupported(m, fn, why, "Only torch's standard configuration is supported.")
+    d = int(sa.embed_dim)
+    w_q, w_k, w_v = sa.in_proj_weight.chunk(3, dim=0)
+    b_q, b_k, b_v = sa.in_proj_bias.chunk(3, dim=0)
+
+    def proj(w: Any, b: Any, name: str) -> Params:
+        return {"kernel": to_jax(w, f"self_attn.in_proj_weight[{name}]", fn).T,
+                "bias": to_jax(b, f"self_attn.in_proj_bias[{name}]", fn)}
+
+    p = {
+        "self_attn": {
+            "query": proj(w_q, b_q, "q"), "key": proj(w_k, b_k, "k"), "value": proj(w_v, b_v, "v"),
+            "out": _linear(sa.out_proj, fn, "self_attn.out_proj."),
+        },
+        "linear1": _linear(m.linear1, fn, "linear1."),
+        "linear2": _linear(m.linear2, fn, "linear2."),
+        "norm1": _affine(m.norm1, fn, "norm1."),
+        "norm2": _affine(m.norm2, fn, "norm2."),
+    }
+    opts = dict(dim_feedforward=int(m.linear1.out_features), dropout=float(m.dropout.p),
+                activation=_activation_name(m, fn), layer_norm_eps=float(m.norm1.eps),
+                norm_first=bool(m.norm_first), batch_first=bool(sa.batch_first),
+                param_dtype=_param_dtype(p))
+    sizes = (d, int(sa.num_heads))
+    return Spec("TransformerEncoderLayer", {"d_model": d, "nhead": sizes[1]}, sizes, opts), p
+
+
+def _conv_linear(m: Any, fn: str) -> tuple[Spec, Params]:
+    p = _linear(m, fn)
+    opts = dict(use_bias="bias" in p, param_dtype=_param_dtype(p))
+    return (Spec("Dense", {"features": int(m.out_features)}, (int(m.in_features), int(m.out_features)),
+                 opts, namespace="flax", nnx_cls="Linear"), p)
+
+
+_LLAMA = ("LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm")
+_GEMMA = ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm")
+
+CONVERTERS: tuple[Converter, ...] = (
+    Converter("torch.nn.LayerNorm", "LayerNorm", _torch_nn("LayerNorm"), _conv_layer_norm,
+              LAYOUTS["LayerNorm"]),
+    Converter("torch.nn.RMSNorm", "RMSNorm(convention='torch')", _torch_nn("RMSNorm"),
+              _conv_torch_rms, LAYOUTS["RMSNorm"]),
+    Converter("torch.nn.TransformerEncoderLayer", "TransformerEncoderLayer",
+              _torch_nn("TransformerEncoderLayer"), _conv_encoder_layer,
+              LAYOUTS["TransformerEncoderLayer"]),
+    Converter("torch.nn.Linear", "flax Dense (linen) / nnx.Linear", _torch_nn("Linear"),
+              _conv_linear, LAYOUTS["Dense"]),
+    Converter("transformers " + " / ".join(_LLAMA), "RMSNorm(convention='llama')",
+              _named(_LLAMA, ("weight", "variance_epsilon")), _hf_rms("llama", "variance_epsilon"),
+              LAYOUTS["RMSNorm"]),
+    Converter("transformers " + " / ".join(_GEMMA), "RMSNorm(convention='gemma')",
+              _named(_GEMMA, ("weight", "eps")), _hf_rms("gemma", "eps"), LAYOUTS["RMSNorm"]),
+    Converter("transformers T5LayerNorm", "RMSNorm(convention='t5')",
+              _named(("T5LayerNorm",), ("weight", "variance_epsilon")),
+              _hf_rms("t5", "variance_epsilon"), LAYOUTS["RMSNorm"]),
+    Converter("diffusers RMSNorm", "RMSNorm(convention='diffusers')",
+              _named(("RMSNorm",), ("weight", "bias", "eps", "dim"), package="diffusers"),
+              _conv_diffusers_rms, LAYOUTS["RMSNorm"]),
+    Converter("diffusers AdaLayerNormZero (num_embeddings=None)", "AdaLNZero(num_chunks=6)",
+              _named(("AdaLayerNormZero",), ("linear", "norm", "emb")), _ada_zero(6),
+              LAYOUTS["AdaLNZero"]),
+    Converter("diffusers AdaLayerNormZeroSingle", "AdaLNZero(num_chunks=3)",
+              _named(("AdaLayerNormZeroSingle",), ("linear", "norm")), _ada_zero(3),
+              LAYOUTS["AdaLNZero"]),
+    Converter("diffusers AdaLayerNormContinuous", "AdaLNContinuous",
+              _named(("AdaLayerNormContinuous",), ("linear", "norm")), _conv_ada_continuous,
+              LAYOUTS["AdaLNContinuous"]),
+)
+
+
+def find(m: Any) -> Converter | None:
+    """The converter that recognises ``m``, or None."""
+    for c in CONVERTERS:
+        if c.recognise(m):
+            return c
+    return None
