@@ -24,13 +24,15 @@ Parameters are stored in ``param_dtype``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from jln import _checks, _dispatch, _monitor
+from jln import _checks, _dispatch, _monitor, _stats
+from jln._adaptive import adaptive_layer_norm, modulate, resolve_order, split_condition
 from jln._layer_norm import layer_norm
 from jln._rms_norm import resolve_convention, rms_norm
 
@@ -88,11 +90,19 @@ def compute_dtype(cfg_dtype: Any, x: Array) -> jnp.dtype:
     return jnp.dtype(x.dtype if cfg_dtype is None else cfg_dtype)
 
 
-def dense(p: Params, x: Array, dtype: Any) -> Array:
+def dense(p: Params, x: Array, dtype: Any, fn: str = "jln Dense", name: str = "x") -> Array:
     """``x @ kernel + bias`` in ``dtype`` (torch ``nn.Linear`` with ``weight = kernel.T``)."""
+    _checks.check_floating(x, fn, name)
+    n_in = p["kernel"].shape[0]
+    if x.ndim == 0 or x.shape[-1] != n_in:
+        raise ValueError(
+            f"{fn}: the last axis of `{name}` must have {n_in} features (the layer's kernel is "
+            f"{tuple(p['kernel'].shape)}); received {name}.shape={tuple(x.shape)}."
+        )
     y = jnp.matmul(x.astype(dtype), p["kernel"].astype(dtype))
     if "bias" in p:
-        y = y + p["bias"].astype(dtype)
+        b = p["bias"].astype(dtype)
+        y = y + b.reshape((1,) * (y.ndim - 1) + b.shape)  # explicit rank: strict-rank safe
     return y
 
 
@@ -205,3 +215,383 @@ def apply_rms_norm(params: Params, x: Array, cfg: RMSNormConfig) -> tuple[Array,
     )
     y = _cast_out(y, cfg.dtype)
     return y, _record(cfg.monitor, xi, y, cfg.axis, "jln RMSNorm")
+
+
+# --------------------------------------------------------------------------- adaptive norms
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveLayerNormConfig:
+    eps: float = 1e-5
+    order: Any = "seed"
+    use_scale: bool = True
+    use_bias: bool = True
+    dtype: Any = None
+    impl: str = "auto"
+    monitor: bool = False
+
+    def __post_init__(self) -> None:
+        fn = "jln AdaptiveLayerNorm"
+        names = resolve_order(self.order, fn)
+        if not {"shift", "scale"} <= set(names):
+            raise ValueError(
+                f"{fn}: `order` must name a 'shift' and a 'scale' chunk (e.g. 'seed', "
+                f"'dit_final', 'continuous'); received {self.order!r} = {names}."
+            )
+        _checks.check_eps(self.eps, fn)
+        _check_common(self, fn)
+
+
+def adaptive_layer_norm_specs(cfg: AdaptiveLayerNormConfig, cond_features: int, features: int) -> dict[str, Any]:
+    k = len(resolve_order(cfg.order, "jln AdaptiveLayerNorm"))
+    return {
+        "proj": dense_specs(cond_features, k * features),
+        "norm": layer_norm_specs(LayerNormConfig(use_scale=cfg.use_scale, use_bias=cfg.use_bias), (features,)),
+    }
+
+
+def apply_adaptive_layer_norm(params: Params, x: Array, cond: Array, cfg: AdaptiveLayerNormConfig) -> tuple[Array, Stats]:
+    """The seed's AdaptiveLN: ``LN(x) * (1 + gamma) + beta``, ``(gamma, beta) = proj(cond)``."""
+    fn = "jln AdaptiveLayerNorm"
+    _checks.check_floating(x, fn)
+    dt = compute_dtype(cfg.dtype, x)
+    xi = _cast_in(x, cfg.dtype)
+    emb = dense(params["proj"], cond, dt, fn, "cond")
+    norm = params["norm"]
+    y, _ = adaptive_layer_norm(
+        xi, emb, norm.get("scale"), norm.get("bias"), order=cfg.order, eps=cfg.eps, impl=cfg.impl
+    )
+    y = _cast_out(y, cfg.dtype)
+    return y, _record(cfg.monitor, xi, y, -1, fn)
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaLNZeroConfig:
+    num_chunks: int = 6
+    eps: float = 1e-6
+    use_bias: bool = True
+    dtype: Any = None
+    impl: str = "auto"
+    monitor: bool = False
+
+    def __post_init__(self) -> None:
+        fn = "jln AdaLNZero"
+        if self.num_chunks not in (6, 3):
+            raise ValueError(
+                f"{fn}: `num_chunks` must be 6 (DiT / AdaLayerNormZero) or 3 "
+                f"(AdaLayerNormZeroSingle); received {self.num_chunks!r}."
+            )
+        _checks.check_eps(self.eps, fn)
+        _check_common(self, fn)
+
+
+def ada_ln_zero_specs(cfg: AdaLNZeroConfig, cond_features: int, features: int) -> dict[str, Any]:
+    return {"linear": dense_specs(cond_features, cfg.num_chunks * features, use_bias=cfg.use_bias, zero=True)}
+
+
+def apply_ada_ln_zero(params: Params, x: Array, emb: Array, cfg: AdaLNZeroConfig) -> tuple[tuple[Array, ...], Stats]:
+    """DiT's adaLN-Zero: ``chunks = linear(SiLU(emb))``; ``LN(x) * (1 + scale_msa) + shift_msa``."""
+    fn = "jln AdaLNZero"
+    _checks.check_floating(x, fn)
+    _checks.check_floating(emb, fn, "emb")
+    dt = compute_dtype(cfg.dtype, x)
+    xi = _cast_in(x, cfg.dtype)
+    h = dense(params["linear"], jax.nn.silu(emb).astype(dt), dt, fn, "emb")
+    order = "dit" if cfg.num_chunks == 6 else "dit_single"
+    y, ch = adaptive_layer_norm(xi, h, order=order, eps=cfg.eps, impl=cfg.impl)
+    y = _cast_out(y, cfg.dtype)
+    stats = _record(cfg.monitor, xi, y, -1, fn)
+    if cfg.num_chunks == 3:
+        return (y, ch["gate_msa"]), stats
+    return (y, ch["gate_msa"], ch["shift_mlp"], ch["scale_mlp"], ch["gate_mlp"]), stats
+
+
+NORM_TYPES = ("layer_norm", "rms_norm")
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaLNContinuousConfig:
+    eps: float = 1e-5
+    elementwise_affine: bool = True
+    use_bias: bool = True
+    norm_type: str = "layer_norm"
+    dtype: Any = None
+    impl: str = "auto"
+    monitor: bool = False
+
+    def __post_init__(self) -> None:
+        fn = "jln AdaLNContinuous"
+        _checks.check_choice(self.norm_type, "norm_type", NORM_TYPES, fn)
+        _checks.check_eps(self.eps, fn)
+        _check_common(self, fn)
+
+
+def ada_ln_continuous_specs(cfg: AdaLNContinuousConfig, cond_features: int, features: int) -> dict[str, Any]:
+    specs: dict[str, Any] = {"linear": dense_specs(cond_features, 2 * features, use_bias=cfg.use_bias)}
+    if cfg.elementwise_affine:
+        # diffusers: `bias` switches the Linear's and the LayerNorm's bias; its RMSNorm has none
+        ln_bias = cfg.use_bias and cfg.norm_type == "layer_norm"
+        specs["norm"] = layer_norm_specs(LayerNormConfig(use_bias=ln_bias), (features,))
+    return specs
+
+
+def apply_ada_ln_continuous(params: Params, x: Array, cond: Array, cfg: AdaLNContinuousConfig) -> tuple[Array, Stats]:
+    """SD3/Flux ``norm_out``: ``(scale, shift) = linear(SiLU(cond))``; ``norm(x) * (1 + scale) + shift``."""
+    fn = "jln AdaLNContinuous"
+    _checks.check_floating(x, fn)
+    _checks.check_floating(cond, fn, "cond")
+    dt = compute_dtype(cfg.dtype, x)
+    xi = _cast_in(x, cfg.dtype)
+    h = dense(params["linear"], jax.nn.silu(cond).astype(dt), dt, fn, "cond")
+    norm = params.get("norm", {})
+    if cfg.norm_type == "layer_norm":
+        y, _ = adaptive_layer_norm(
+            xi, h, norm.get("scale"), norm.get("bias"), order="continuous", eps=cfg.eps, impl=cfg.impl
+        )
+    else:
+        n = rms_norm(xi, norm.get("scale"), eps=cfg.eps, convention="diffusers", impl=cfg.impl)
+        ch = split_condition(h, "continuous")
+        y = modulate(n, ch["shift"], ch["scale"])
+    y = _cast_out(y, cfg.dtype)
+    return y, _record(cfg.monitor, xi, y, -1, fn)
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def attention_specs(d_model: int) -> dict[str, Any]:
+    return {name: dense_specs(d_model, d_model) for name in ("query", "key", "value", "out")}
+
+
+def check_mask(mask: Any, batch: int, length: int, fn: str) -> None:
+    if mask is None:
+        return
+    dtype = getattr(mask, "dtype", None)
+    if dtype is None or not (jnp.issubdtype(dtype, jnp.bool_) or jnp.issubdtype(dtype, jnp.floating)):
+        raise TypeError(
+            f"{fn}: `src_key_padding_mask` must be a bool array (True = ignore that key, as "
+            f"torch) or a float array added to the attention scores; received "
+            f"{getattr(mask, 'dtype', type(mask).__name__)}."
+        )
+    if tuple(mask.shape) != (batch, length):
+        raise ValueError(
+            f"{fn}: `src_key_padding_mask` must have shape [batch, seq] = {(batch, length)} "
+            f"(whatever batch_first says, as torch); received {tuple(mask.shape)}."
+        )
+
+
+def mha(
+    p: Params,
+    x: Array,
+    *,
+    num_heads: int,
+    dtype: Any,
+    key_padding_mask: Array | None = None,
+    dropout_fn: Callable[[Array], Array] | None = None,
+) -> Array:
+    """Multi-head self-attention on ``x [B, T, D]`` (torch ``nn.MultiheadAttention`` math).
+
+    ``softmax(q k^T / sqrt(D / num_heads) + mask) v`` per head, projections in ``dtype``,
+    scores and softmax in float32 (float64 for float64). A bool ``key_padding_mask [B, T]``
+    masks keys where True (torch's convention) with the most negative float rather than
+    ``-inf``: rows with some visible key match torch exactly; a fully masked row averages
+    the values instead of torch's NaN.
+    """
+    b, t, d = x.shape
+    hd = d // num_heads
+    sd = _stats.promote(dtype, jnp.float32)
+    q, k, v = (dense(p[n], x, dtype).reshape(b, t, num_heads, hd) for n in ("query", "key", "value"))
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=sd) * (1.0 / math.sqrt(hd))
+    if key_padding_mask is not None:
+        m = key_padding_mask[:, None, None, :]
+        if jnp.issubdtype(m.dtype, jnp.bool_):
+            scores = jnp.where(m, jnp.finfo(sd).min, scores)
+        else:
+            scores = scores + m.astype(sd)
+    w = jax.nn.softmax(scores, axis=-1).astype(dtype)
+    if dropout_fn is not None:
+        w = dropout_fn(w)
+    o = jnp.einsum("bhqk,bkhd->bqhd", w, v).reshape(b, t, d)
+    return dense(p["out"], o, dtype)
+
+
+# --------------------------------------------------------------------------- encoder layer
+
+
+ACTIVATIONS = ("relu", "gelu")
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderLayerConfig:
+    d_model: int
+    nhead: int
+    dim_feedforward: int = 2048
+    dropout: float = 0.1
+    activation: str = "relu"
+    layer_norm_eps: float = 1e-5
+    norm_first: bool = False
+    batch_first: bool = False
+    dtype: Any = None
+    impl: str = "auto"
+    monitor: bool = False
+
+    def __post_init__(self) -> None:
+        fn = "jln TransformerEncoderLayer"
+        check_positive(self.d_model, "d_model", fn)
+        check_positive(self.nhead, "nhead", fn)
+        check_positive(self.dim_feedforward, "dim_feedforward", fn)
+        if self.d_model % self.nhead:
+            raise ValueError(
+                f"{fn}: `d_model` must be divisible by `nhead`; received d_model={self.d_model}, "
+                f"nhead={self.nhead}."
+            )
+        if not 0.0 <= float(self.dropout) < 1.0:
+            raise ValueError(f"{fn}: `dropout` must be in [0, 1); received {self.dropout!r}.")
+        _checks.check_choice(self.activation, "activation", ACTIVATIONS, fn)
+        _checks.check_eps(self.layer_norm_eps, fn)
+        _check_common(self, fn)
+
+
+def encoder_layer_specs(cfg: EncoderLayerConfig) -> dict[str, Any]:
+    d, f = cfg.d_model, cfg.dim_feedforward
+    norm = layer_norm_specs(LayerNormConfig(), (d,))
+    return {
+        "self_attn": attention_specs(d),
+        "linear1": dense_specs(d, f),
+        "linear2": dense_specs(f, d),
+        "norm1": dict(norm),
+        "norm2": dict(norm),
+    }
+
+
+def _activation(name: str, h: Array) -> Array:
+    return jax.nn.relu(h) if name == "relu" else jax.nn.gelu(h, approximate=False)
+
+
+def apply_encoder_layer(
+    params: Params,
+    src: Array,
+    cfg: EncoderLayerConfig,
+    *,
+    src_key_padding_mask: Array | None = None,
+    dropout_fn: Callable[[Array], Array] | None = None,
+) -> tuple[Array, Stats]:
+    """``torch.nn.TransformerEncoderLayer.forward`` (Post-LN or Pre-LN).
+
+    ``dropout_fn`` (``None`` in eval mode) applies dropout at ``cfg.dropout`` where torch
+    does: attention weights, after the activation, and on each branch before the residual.
+    """
+    fn = "jln TransformerEncoderLayer"
+    _checks.check_floating(src, fn, "src")
+    layout = "[batch, seq, d_model]" if cfg.batch_first else "[seq, batch, d_model]"
+    if src.ndim != 3 or src.shape[-1] != cfg.d_model:
+        raise ValueError(
+            f"{fn}: `src` must have shape {layout} with d_model={cfg.d_model} (batch_first="
+            f"{cfg.batch_first}); received src.shape={tuple(src.shape)}."
+        )
+    dt = compute_dtype(cfg.dtype, src)
+    x = src.astype(dt)
+    if not cfg.batch_first:
+        x = jnp.swapaxes(x, 0, 1)
+    check_mask(src_key_padding_mask, x.shape[0], x.shape[1], fn)
+    drop = dropout_fn if dropout_fn is not None else (lambda h: h)
+    stats: dict[str, Any] = {}
+
+    def norm(name: str, h: Array) -> Array:
+        y = layer_norm(h, params[name]["scale"], params[name]["bias"], eps=cfg.layer_norm_eps, impl=cfg.impl)
+        if cfg.monitor:
+            stats[name] = _monitor.row_stats(h, y, (h.ndim - 1,))
+        return y
+
+    def sa(h: Array) -> Array:
+        a = mha(
+            params["self_attn"], h, num_heads=cfg.nhead, dtype=dt,
+            key_padding_mask=src_key_padding_mask, dropout_fn=dropout_fn,
+        )
+        return drop(a)
+
+    def ff(h: Array) -> Array:
+        h = drop(_activation(cfg.activation, dense(params["linear1"], h, dt)))
+        return drop(dense(params["linear2"], h, dt))
+
+    if cfg.norm_first:
+        x = x + sa(norm("norm1", x))
+        x = x + ff(norm("norm2", x))
+    else:
+        x = norm("norm1", x + sa(x))
+        x = norm("norm2", x + ff(x))
+    if not cfg.batch_first:
+        x = jnp.swapaxes(x, 0, 1)
+    return x, (stats if cfg.monitor else None)
+
+
+# --------------------------------------------------------------------------- DiT block
+
+
+@dataclasses.dataclass(frozen=True)
+class DiTBlockConfig:
+    hidden_size: int
+    num_heads: int
+    mlp_ratio: float = 4.0
+    dtype: Any = None
+    impl: str = "auto"
+    monitor: bool = False
+
+    eps = 1e-6  # DiT's LayerNorms: eps 1e-6, no affine
+
+    def __post_init__(self) -> None:
+        fn = "jln DiTBlock"
+        check_positive(self.hidden_size, "hidden_size", fn)
+        check_positive(self.num_heads, "num_heads", fn)
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"{fn}: `hidden_size` must be divisible by `num_heads`; received "
+                f"hidden_size={self.hidden_size}, num_heads={self.num_heads}."
+            )
+        if self.mlp_hidden <= 0:
+            raise ValueError(f"{fn}: `mlp_ratio` must be positive; received {self.mlp_ratio!r}.")
+        _check_common(self, fn)
+
+    @property
+    def mlp_hidden(self) -> int:
+        return int(self.hidden_size * self.mlp_ratio)
+
+
+def dit_block_specs(cfg: DiTBlockConfig) -> dict[str, Any]:
+    d, h = cfg.hidden_size, cfg.mlp_hidden
+    return {
+        "adaLN_modulation": dense_specs(d, 6 * d, zero=True),
+        "attn": attention_specs(d),
+        "mlp": {"fc1": dense_specs(d, h), "fc2": dense_specs(h, d)},
+    }
+
+
+def apply_dit_block(params: Params, x: Array, c: Array, cfg: DiTBlockConfig) -> tuple[Array, Stats]:
+    """DiT block with adaLN-Zero; the identity at initialisation (zero gates)."""
+    fn = "jln DiTBlock"
+    _checks.check_floating(x, fn)
+    _checks.check_floating(c, fn, "c")
+    if x.ndim != 3 or x.shape[-1] != cfg.hidden_size:
+        raise ValueError(
+            f"{fn}: `x` must have shape [batch, tokens, hidden_size={cfg.hidden_size}]; "
+            f"received x.shape={tuple(x.shape)}."
+        )
+    dt = compute_dtype(cfg.dtype, x)
+    xi = x.astype(dt)
+    emb = dense(params["adaLN_modulation"], jax.nn.silu(c).astype(dt), dt, fn, "c")
+    stats: dict[str, Any] = {}
+
+    def branch(h: Array, use: tuple[str, str], name: str) -> tuple[Array, dict[str, Array]]:
+        y, ch = adaptive_layer_norm(h, emb, order="dit", use=use, eps=cfg.eps, impl=cfg.impl)
+        if cfg.monitor:
+            stats[name] = _monitor.row_stats(h, y, (h.ndim - 1,))
+        return y, ch
+
+    h, ch = branch(xi, ("shift_msa", "scale_msa"), "norm1")
+    a = mha(params["attn"], h, num_heads=cfg.num_heads, dtype=dt)
+    xi = xi + modulate(a, None, ch["gate_msa"], scale_offset=0.0)
+    h, _ = branch(xi, ("shift_mlp", "scale_mlp"), "norm2")
+    m = params["mlp"]
+    h = dense(m["fc2"], jax.nn.gelu(dense(m["fc1"], h, dt), approximate=True), dt)
+    xi = xi + modulate(h, None, ch["gate_mlp"], scale_offset=0.0)
+    return _cast_out(xi, cfg.dtype), (stats if cfg.monitor else None)

@@ -23,7 +23,15 @@ from jln._checks import Axis
 
 Array = jax.Array
 
-__all__ = ["LayerNorm", "RMSNorm"]
+__all__ = [
+    "AdaLNContinuous",
+    "AdaLNZero",
+    "AdaptiveLayerNorm",
+    "DiTBlock",
+    "LayerNorm",
+    "RMSNorm",
+    "TransformerEncoderLayer",
+]
 
 
 class _Group(nn.Module):
@@ -158,5 +166,261 @@ class RMSNorm(nn.Module):
         features = _features(x, self.axis, "jln.linen.RMSNorm")
         params = _create(self, M.rms_norm_specs(cfg, features), self.param_dtype)
         y, stats = M.apply_rms_norm(params, x, cfg)
+        _sow(self, stats)
+        return y
+
+
+def _last(x: Any, fn: str, name: str) -> int:
+    _checks.check_floating(x, fn, name)
+    if x.ndim == 0:
+        raise ValueError(f"{fn}: `{name}` must have a feature axis; received a scalar.")
+    return int(x.shape[-1])
+
+
+class AdaptiveLayerNorm(nn.Module):
+    r"""The seed's AdaptiveLN: ``LN(x) * (1 + gamma) + beta`` with ``(gamma, beta) = proj(cond)``.
+
+    ``proj`` is a Dense ``cond_features -> 2 * features`` (torch ``nn.Linear``); the
+    LayerNorm has its own affine (``norm/scale``, ``norm/bias``). Calls
+    :func:`jln.adaptive_layer_norm` (norm and modulation in one fused body).
+
+    Attributes:
+      features: d, the size of ``x``'s last axis.
+      eps: LayerNorm eps (torch default 1e-5).
+      order: chunk order of ``proj(cond)``; ``"seed"`` = (scale, shift) = (gamma, beta).
+      use_scale, use_bias: the LayerNorm's own affine.
+      dtype, param_dtype, impl, monitor: as :class:`LayerNorm`; the Dense runs in ``dtype``
+        (default: ``x.dtype``).
+
+    Returns (``__call__(x, cond)``): ``x [B, ..., d]`` modulated by ``cond [B, c]`` (broadcast
+    over the token axes) or ``cond`` with ``x``'s leading shape; dtype ``x.dtype``.
+
+    Raises:
+      TypeError, ValueError: non-floating inputs, mismatched feature sizes, a bad ``order``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from jln import linen as jnn
+      >>> m = jnn.AdaptiveLayerNorm(features=8)
+      >>> x, c = jnp.ones((2, 5, 8)), jnp.ones((2, 3))
+      >>> m.apply(m.init(jax.random.key(0), x, c), x, c).shape
+      (2, 5, 8)
+    """
+
+    features: int
+    eps: float = 1e-5
+    order: Any = "seed"
+    use_scale: bool = True
+    use_bias: bool = True
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    impl: str = "auto"
+    monitor: bool = False
+
+    @nn.compact
+    def __call__(self, x: Array, cond: Array) -> Array:
+        cfg = _cfg(self, M.AdaptiveLayerNormConfig)
+        c = _last(cond, "jln.linen.AdaptiveLayerNorm", "cond")
+        params = _create(self, M.adaptive_layer_norm_specs(cfg, c, self.features), self.param_dtype)
+        y, stats = M.apply_adaptive_layer_norm(params, x, cond, cfg)
+        _sow(self, stats)
+        return y
+
+
+class AdaLNZero(nn.Module):
+    r"""DiT's adaLN-Zero (diffusers ``AdaLayerNormZero`` / ``AdaLayerNormZeroSingle``).
+
+    ``chunks = linear(SiLU(emb))`` with ``linear`` zero-initialised (the block starts as the
+    identity); ``x_mod = LN(x) * (1 + scale_msa) + shift_msa`` with a LayerNorm of eps 1e-6
+    and no affine.
+
+    Attributes:
+      features: d, the size of ``x``'s last axis.
+      num_chunks: 6 (DiT order: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp,
+        gate_mlp) or 3 (shift_msa, scale_msa, gate_msa).
+      eps: LayerNorm eps (DiT: 1e-6).
+      use_bias: Dense bias.
+      dtype, param_dtype, impl, monitor: as :class:`AdaptiveLayerNorm`.
+
+    Returns (``__call__(x, emb)``): ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp)`` for 6
+    chunks, ``(x_mod, gate_msa)`` for 3; ``x_mod`` like ``x``, the others ``[B, d]``.
+
+    Raises:
+      TypeError, ValueError: non-floating inputs, mismatched sizes, ``num_chunks`` not 3 or 6.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from jln import linen as jnn
+      >>> m = jnn.AdaLNZero(features=8)
+      >>> x, c = jnp.ones((2, 5, 8)), jnp.ones((2, 8))
+      >>> len(m.apply(m.init(jax.random.key(0), x, c), x, c))
+      5
+    """
+
+    features: int
+    num_chunks: int = 6
+    eps: float = 1e-6
+    use_bias: bool = True
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    impl: str = "auto"
+    monitor: bool = False
+
+    @nn.compact
+    def __call__(self, x: Array, emb: Array) -> tuple[Array, ...]:
+        cfg = _cfg(self, M.AdaLNZeroConfig)
+        c = _last(emb, "jln.linen.AdaLNZero", "emb")
+        params = _create(self, M.ada_ln_zero_specs(cfg, c, self.features), self.param_dtype)
+        out, stats = M.apply_ada_ln_zero(params, x, emb, cfg)
+        _sow(self, stats)
+        return out
+
+
+class AdaLNContinuous(nn.Module):
+    r"""SD3/Flux final-layer norm (diffusers ``AdaLayerNormContinuous``).
+
+    ``(scale, shift) = linear(SiLU(cond))`` (that order); ``norm(x) * (1 + scale) + shift``,
+    ``norm`` a LayerNorm (``jln.adaptive_layer_norm``) or diffusers' RMSNorm
+    (``jln.rms_norm(convention="diffusers")`` then ``jln.modulate``).
+
+    Attributes:
+      features: d, the size of ``x``'s last axis.
+      eps: the norm's eps (1e-5).
+      elementwise_affine: the norm's own ``scale`` (and ``bias`` for layer_norm).
+      use_bias: the Dense bias and the LayerNorm bias (diffusers' ``bias``).
+      norm_type: ``"layer_norm"`` or ``"rms_norm"``.
+      dtype, param_dtype, impl, monitor: as :class:`AdaptiveLayerNorm`.
+
+    Returns (``__call__(x, cond)``): array like ``x``.
+
+    Raises:
+      TypeError, ValueError: as :class:`AdaptiveLayerNorm`; an unknown ``norm_type``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from jln import linen as jnn
+      >>> m = jnn.AdaLNContinuous(features=8)
+      >>> x, c = jnp.ones((2, 5, 8)), jnp.ones((2, 4))
+      >>> m.apply(m.init(jax.random.key(0), x, c), x, c).shape
+      (2, 5, 8)
+    """
+
+    features: int
+    eps: float = 1e-5
+    elementwise_affine: bool = True
+    use_bias: bool = True
+    norm_type: str = "layer_norm"
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    impl: str = "auto"
+    monitor: bool = False
+
+    @nn.compact
+    def __call__(self, x: Array, cond: Array) -> Array:
+        cfg = _cfg(self, M.AdaLNContinuousConfig)
+        c = _last(cond, "jln.linen.AdaLNContinuous", "cond")
+        params = _create(self, M.ada_ln_continuous_specs(cfg, c, self.features), self.param_dtype)
+        y, stats = M.apply_ada_ln_continuous(params, x, cond, cfg)
+        _sow(self, stats)
+        return y
+
+
+class TransformerEncoderLayer(nn.Module):
+    r"""``torch.nn.TransformerEncoderLayer`` in linen: same options, same eval-mode numbers.
+
+    Post-LN (``norm_first=False``): ``x = norm1(x + SA(x)); x = norm2(x + FF(x))``.
+    Pre-LN (``norm_first=True``): ``x = x + SA(norm1(x)); x = x + FF(norm2(x))``.
+    ``SA`` is multi-head self-attention (scaled dot product, softmax in float32),
+    ``FF(x) = linear2(dropout(activation(linear1(x))))``; norms are :func:`jln.layer_norm`.
+
+    Attributes:
+      d_model, nhead, dim_feedforward, dropout, activation (``"relu"``/``"gelu"``),
+      layer_norm_eps, norm_first, batch_first: as torch.
+      dtype: compute dtype (default ``src.dtype``); param_dtype, impl, monitor as
+        :class:`LayerNorm` (the monitor records ``{"norm1": ..., "norm2": ...}``).
+
+    Returns (``__call__(src, *, src_key_padding_mask=None, deterministic=True)``): array like
+    ``src`` (``[T, B, D]``, or ``[B, T, D]`` with ``batch_first``). ``src_key_padding_mask
+    [B, T]``: True marks padding keys to ignore (torch). ``deterministic=False`` turns dropout
+    on (rng stream ``"dropout"``).
+
+    Raises:
+      TypeError, ValueError: bad options (d_model not divisible by nhead, unknown
+      activation, dropout outside [0, 1)), bad ``src`` or mask shape/dtype.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from jln import linen as jnn
+      >>> m = jnn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16)
+      >>> src = jnp.ones((5, 2, 8))
+      >>> m.apply(m.init(jax.random.key(0), src), src).shape
+      (5, 2, 8)
+    """
+
+    d_model: int
+    nhead: int
+    dim_feedforward: int = 2048
+    dropout: float = 0.1
+    activation: str = "relu"
+    layer_norm_eps: float = 1e-5
+    norm_first: bool = False
+    batch_first: bool = False
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    impl: str = "auto"
+    monitor: bool = False
+
+    @nn.compact
+    def __call__(self, src: Array, *, src_key_padding_mask: Array | None = None, deterministic: bool = True) -> Array:
+        cfg = _cfg(self, M.EncoderLayerConfig)
+        params = _create(self, M.encoder_layer_specs(cfg), self.param_dtype)
+        drop = None
+        if not deterministic and cfg.dropout > 0:
+            layer = nn.Dropout(rate=cfg.dropout, deterministic=False, name="dropout_layer")
+            drop = layer
+        y, stats = M.apply_encoder_layer(params, src, cfg, src_key_padding_mask=src_key_padding_mask, dropout_fn=drop)
+        _sow(self, stats)
+        return y
+
+
+class DiTBlock(nn.Module):
+    r"""A DiT block with adaLN-Zero conditioning (Peebles and Xie, 2023).
+
+    ``emb = adaLN_modulation(SiLU(c))`` (zero-initialised Dense, 6 chunks in DiT's order);
+    ``x = x + gate_msa * attn(LN(x) * (1 + scale_msa) + shift_msa)``, then
+    ``x = x + gate_mlp * mlp(LN(x) * (1 + scale_mlp) + shift_mlp)``; LayerNorms with eps 1e-6
+    and no affine, ``mlp = fc2(GELU_tanh(fc1(.)))``. At initialisation it returns ``x``.
+
+    Attributes:
+      hidden_size, num_heads, mlp_ratio: as DiT.
+      dtype, param_dtype, impl, monitor: as :class:`TransformerEncoderLayer`.
+
+    Returns (``__call__(x, c)``): ``x [B, T, D]`` updated, conditioned on ``c [B, D]``.
+
+    Raises:
+      TypeError, ValueError: bad options or input shapes.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> from jln import linen as jnn
+      >>> m = jnn.DiTBlock(hidden_size=8, num_heads=2)
+      >>> x, c = jnp.ones((2, 5, 8)), jnp.ones((2, 8))
+      >>> bool((m.apply(m.init(jax.random.key(0), x, c), x, c) == x).all())
+      True
+    """
+
+    hidden_size: int
+    num_heads: int
+    mlp_ratio: float = 4.0
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    impl: str = "auto"
+    monitor: bool = False
+
+    @nn.compact
+    def __call__(self, x: Array, c: Array) -> Array:
+        cfg = _cfg(self, M.DiTBlockConfig)
+        params = _create(self, M.dit_block_specs(cfg), self.param_dtype)
+        y, stats = M.apply_dit_block(params, x, c, cfg)
         _sow(self, stats)
         return y

@@ -20,7 +20,15 @@ from jln._checks import Axis
 
 Array = jax.Array
 
-__all__ = ["LayerNorm", "RMSNorm"]
+__all__ = [
+    "AdaLNContinuous",
+    "AdaLNZero",
+    "AdaptiveLayerNorm",
+    "DiTBlock",
+    "LayerNorm",
+    "RMSNorm",
+    "TransformerEncoderLayer",
+]
 
 
 class _Group(nnx.Module):
@@ -160,5 +168,285 @@ class RMSNorm(nnx.Module):
 
     def __call__(self, x: Array) -> Array:
         y, stats = M.apply_rms_norm(_values(self, self._specs), x, self.cfg)
+        _sow(self, stats)
+        return y
+
+
+class AdaptiveLayerNorm(nnx.Module):
+    r"""The seed's AdaptiveLN: ``LN(x) * (1 + gamma) + beta`` with ``(gamma, beta) = proj(cond)``.
+
+    The NNX twin of :class:`jln.linen.AdaptiveLayerNorm`.
+
+    Args:
+      cond_features: size of ``cond``'s last axis.
+      features: d, the size of ``x``'s last axis.
+      eps, order, use_scale, use_bias, dtype, param_dtype, impl, monitor: as linen.
+      rngs: ``nnx.Rngs`` for the Dense kernel init.
+
+    Returns (``__call__(x, cond)``): array like ``x``.
+
+    Raises:
+      TypeError, ValueError: as :class:`jln.linen.AdaptiveLayerNorm`; ``TypeError`` without
+      ``rngs``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from jln import nnx as jnnx
+      >>> m = jnnx.AdaptiveLayerNorm(3, 8, rngs=nnx.Rngs(0))
+      >>> m(jnp.ones((2, 5, 8)), jnp.ones((2, 3))).shape
+      (2, 5, 8)
+    """
+
+    def __init__(
+        self,
+        cond_features: int,
+        features: int,
+        *,
+        eps: float = 1e-5,
+        order: Any = "seed",
+        use_scale: bool = True,
+        use_bias: bool = True,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        impl: str = "auto",
+        monitor: bool = False,
+        rngs: nnx.Rngs | None = None,
+    ):
+        fn = "jln.nnx.AdaptiveLayerNorm"
+        self.cfg = M.AdaptiveLayerNormConfig(
+            eps=eps, order=order, use_scale=use_scale, use_bias=use_bias, dtype=dtype, impl=impl, monitor=monitor
+        )
+        self._specs = M.adaptive_layer_norm_specs(
+            self.cfg, M.check_positive(cond_features, "cond_features", fn), M.check_positive(features, "features", fn)
+        )
+        _create(self, self._specs, param_dtype, rngs, fn)
+
+    def __call__(self, x: Array, cond: Array) -> Array:
+        y, stats = M.apply_adaptive_layer_norm(_values(self, self._specs), x, cond, self.cfg)
+        _sow(self, stats)
+        return y
+
+
+class AdaLNZero(nnx.Module):
+    r"""DiT's adaLN-Zero (diffusers ``AdaLayerNormZero`` / ``AdaLayerNormZeroSingle``).
+
+    The NNX twin of :class:`jln.linen.AdaLNZero` (``linear`` zero-initialised).
+
+    Args:
+      cond_features: size of ``emb``'s last axis.
+      features: d.
+      num_chunks, eps, use_bias, dtype, param_dtype, impl, monitor: as linen.
+      rngs: accepted for uniformity (the zero init needs no key).
+
+    Returns (``__call__(x, emb)``): ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp)`` (6
+    chunks) or ``(x_mod, gate_msa)`` (3).
+
+    Raises:
+      TypeError, ValueError: as :class:`jln.linen.AdaLNZero`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from jln import nnx as jnnx
+      >>> x_mod, *rest = jnnx.AdaLNZero(8, 8)(jnp.ones((2, 5, 8)), jnp.ones((2, 8)))
+      >>> x_mod.shape, len(rest)
+      ((2, 5, 8), 4)
+    """
+
+    def __init__(
+        self,
+        cond_features: int,
+        features: int,
+        *,
+        num_chunks: int = 6,
+        eps: float = 1e-6,
+        use_bias: bool = True,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        impl: str = "auto",
+        monitor: bool = False,
+        rngs: nnx.Rngs | None = None,
+    ):
+        fn = "jln.nnx.AdaLNZero"
+        self.cfg = M.AdaLNZeroConfig(
+            num_chunks=num_chunks, eps=eps, use_bias=use_bias, dtype=dtype, impl=impl, monitor=monitor
+        )
+        self._specs = M.ada_ln_zero_specs(
+            self.cfg, M.check_positive(cond_features, "cond_features", fn), M.check_positive(features, "features", fn)
+        )
+        _create(self, self._specs, param_dtype, rngs, fn)
+
+    def __call__(self, x: Array, emb: Array) -> tuple[Array, ...]:
+        out, stats = M.apply_ada_ln_zero(_values(self, self._specs), x, emb, self.cfg)
+        _sow(self, stats)
+        return out
+
+
+class AdaLNContinuous(nnx.Module):
+    r"""SD3/Flux final-layer norm (diffusers ``AdaLayerNormContinuous``).
+
+    The NNX twin of :class:`jln.linen.AdaLNContinuous`.
+
+    Args:
+      cond_features: size of ``cond``'s last axis.
+      features: d.
+      eps, elementwise_affine, use_bias, norm_type, dtype, param_dtype, impl, monitor: as linen.
+      rngs: ``nnx.Rngs`` for the Dense kernel init.
+
+    Returns (``__call__(x, cond)``): array like ``x``.
+
+    Raises:
+      TypeError, ValueError: as :class:`jln.linen.AdaLNContinuous`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from jln import nnx as jnnx
+      >>> jnnx.AdaLNContinuous(4, 8, rngs=nnx.Rngs(0))(jnp.ones((2, 5, 8)), jnp.ones((2, 4))).shape
+      (2, 5, 8)
+    """
+
+    def __init__(
+        self,
+        cond_features: int,
+        features: int,
+        *,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        use_bias: bool = True,
+        norm_type: str = "layer_norm",
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        impl: str = "auto",
+        monitor: bool = False,
+        rngs: nnx.Rngs | None = None,
+    ):
+        fn = "jln.nnx.AdaLNContinuous"
+        self.cfg = M.AdaLNContinuousConfig(
+            eps=eps, elementwise_affine=elementwise_affine, use_bias=use_bias, norm_type=norm_type,
+            dtype=dtype, impl=impl, monitor=monitor,
+        )
+        self._specs = M.ada_ln_continuous_specs(
+            self.cfg, M.check_positive(cond_features, "cond_features", fn), M.check_positive(features, "features", fn)
+        )
+        _create(self, self._specs, param_dtype, rngs, fn)
+
+    def __call__(self, x: Array, cond: Array) -> Array:
+        y, stats = M.apply_ada_ln_continuous(_values(self, self._specs), x, cond, self.cfg)
+        _sow(self, stats)
+        return y
+
+
+class TransformerEncoderLayer(nnx.Module):
+    r"""``torch.nn.TransformerEncoderLayer`` in NNX: same options, same eval-mode numbers.
+
+    The NNX twin of :class:`jln.linen.TransformerEncoderLayer`. Dropout is an
+    ``nnx.Dropout``: on after construction (like a fresh torch module), off after
+    ``module.eval()``, on again after ``module.train()``.
+
+    Args:
+      d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, norm_first,
+        batch_first: as torch (positional, in torch's order).
+      dtype, param_dtype, impl, monitor: as linen.
+      rngs: ``nnx.Rngs`` for parameter init and the dropout stream.
+
+    Returns (``__call__(src, *, src_key_padding_mask=None)``): array like ``src``.
+
+    Raises:
+      TypeError, ValueError: as :class:`jln.linen.TransformerEncoderLayer`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from jln import nnx as jnnx
+      >>> m = jnnx.TransformerEncoderLayer(8, 2, 16, rngs=nnx.Rngs(0))
+      >>> m.eval()
+      >>> m(jnp.ones((5, 2, 8))).shape
+      (5, 2, 8)
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: str = "relu",
+        layer_norm_eps: float = 1e-5,
+        norm_first: bool = False,
+        batch_first: bool = False,
+        *,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        impl: str = "auto",
+        monitor: bool = False,
+        rngs: nnx.Rngs | None = None,
+    ):
+        fn = "jln.nnx.TransformerEncoderLayer"
+        self.cfg = M.EncoderLayerConfig(
+            d_model=d_model, nhead=nhead, dim_feedforward=dim_feedforward, dropout=dropout,
+            activation=activation, layer_norm_eps=layer_norm_eps, norm_first=norm_first,
+            batch_first=batch_first, dtype=dtype, impl=impl, monitor=monitor,
+        )
+        self._specs = M.encoder_layer_specs(self.cfg)
+        _create(self, self._specs, param_dtype, rngs, fn)
+        if rngs is None:
+            raise TypeError(f"{fn}: pass rngs=nnx.Rngs(0) (parameter init and the dropout stream).")
+        self.dropout_layer = nnx.Dropout(dropout, rngs=rngs)
+
+    def __call__(self, src: Array, *, src_key_padding_mask: Array | None = None) -> Array:
+        drop = None if self.dropout_layer.deterministic or self.cfg.dropout == 0 else self.dropout_layer
+        y, stats = M.apply_encoder_layer(
+            _values(self, self._specs), src, self.cfg, src_key_padding_mask=src_key_padding_mask, dropout_fn=drop
+        )
+        _sow(self, stats)
+        return y
+
+
+class DiTBlock(nnx.Module):
+    r"""A DiT block with adaLN-Zero conditioning; the identity at initialisation.
+
+    The NNX twin of :class:`jln.linen.DiTBlock`.
+
+    Args:
+      hidden_size, num_heads: as DiT.
+      mlp_ratio, dtype, param_dtype, impl, monitor: as linen.
+      rngs: ``nnx.Rngs`` for parameter init.
+
+    Returns (``__call__(x, c)``): ``x [B, T, D]`` updated, conditioned on ``c [B, D]``.
+
+    Raises:
+      TypeError, ValueError: as :class:`jln.linen.DiTBlock`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from jln import nnx as jnnx
+      >>> x = jnp.ones((2, 5, 8))
+      >>> bool((jnnx.DiTBlock(8, 2, rngs=nnx.Rngs(0))(x, jnp.ones((2, 8))) == x).all())
+      True
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        *,
+        mlp_ratio: float = 4.0,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        impl: str = "auto",
+        monitor: bool = False,
+        rngs: nnx.Rngs | None = None,
+    ):
+        fn = "jln.nnx.DiTBlock"
+        self.cfg = M.DiTBlockConfig(
+            hidden_size=hidden_size, num_heads=num_heads, mlp_ratio=mlp_ratio, dtype=dtype, impl=impl, monitor=monitor
+        )
+        self._specs = M.dit_block_specs(self.cfg)
+        _create(self, self._specs, param_dtype, rngs, fn)
+
+    def __call__(self, x: Array, c: Array) -> Array:
+        y, stats = M.apply_dit_block(_values(self, self._specs), x, c, self.cfg)
         _sow(self, stats)
         return y

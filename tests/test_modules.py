@@ -293,3 +293,183 @@ def test_monitor_does_not_change_gradients():
         return lambda x: jnp.sum(m.apply({"params": p}, x, mutable=["intermediates"])[0] ** 3)
 
     np.testing.assert_array_equal(jax.grad(loss(on))(x), jax.grad(loss(off))(x))
+
+
+# ------------------------------------------------------------------------ adaptive norms
+
+
+def outputs_loss_fn(fn, gs):
+    """Wrap a module fn returning an array or a tuple into one array-valued sum(out_i * g_i)."""
+
+    def wrapped(p, *xs):
+        out = fn(p, *xs)
+        out = out if isinstance(out, tuple) else (out,)
+        return sum(jnp.sum(o * g) for o, g in zip(out, gs, strict=True))
+
+    return wrapped
+
+
+def torch_tuple_grads(module, inputs, gs):
+    for p in module.parameters():
+        p.grad = None
+    out = module(*inputs)
+    out = out if isinstance(out, tuple) else (out,)
+    sum((o * t(g)).sum() for o, g in zip(out, gs, strict=True)).backward()
+    return [o.detach().numpy() for o in out], [i.grad.numpy() for i in inputs], {
+        n: p.grad.numpy() for n, p in module.named_parameters()
+    }
+
+
+def jax_tuple_grads(fn, params, inputs, gs):
+    out = fn(params, *inputs)
+    out = out if isinstance(out, tuple) else (out,)
+    loss = outputs_loss_fn(fn, [jnp.asarray(g) for g in gs])
+    gp, *gx = jax.grad(loss, argnums=tuple(range(len(inputs) + 1)))(params, *inputs)
+    return out, gx, gp
+
+
+def randomize(module, scale=0.5):
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn_like(p) * scale)
+    return module
+
+
+class SeedAdaptiveLN(torch.nn.Module):
+    """The seed's AdaptiveLN, as printed in the tutorial (torch)."""
+
+    def __init__(self, d_model, condition_dim):
+        super().__init__()
+        self.proj = torch.nn.Linear(condition_dim, 2 * d_model)
+        self.ln = torch.nn.LayerNorm(d_model)
+
+    def forward(self, x, condition):
+        gamma, beta = self.proj(condition).chunk(2, dim=-1)
+        return self.ln(x) * (1 + gamma) + beta
+
+
+def check_against_torch(tm, fns, params, inputs, tol, errors=None, key=None):
+    """Forward and all gradients of every jln fn against the torch module (numpy inputs)."""
+    r = rng(11)
+    tin = [t(a, True) for a in inputs]
+    with torch.no_grad():
+        probe = tm(*[t(a) for a in inputs])
+    probe = probe if isinstance(probe, tuple) else (probe,)
+    gs = [r.normal(size=o.shape).astype(inputs[0].dtype) for o in probe]
+    touts, tgx, tgp = torch_tuple_grads(tm, tin, gs)
+    results = []
+    for fn in fns:
+        outs, gx, gp = jax_tuple_grads(fn, params, [jnp.asarray(a) for a in inputs], gs)
+        for o, to in zip(outs, touts, strict=True):
+            close(o, to, tol)
+        for a, b in zip(gx, tgx, strict=True):
+            close(a, b, tol)
+        results.append((outs, gx, gp))
+        if errors is not None:
+            errors[key] = max(errors.get(key, 0.0), *(maxerr(o, to) for o, to in zip(outs, touts, strict=True)))
+    return tgp, results
+
+
+@pytest.mark.parametrize("cond_per_token", [True, False])
+def test_adaptive_layer_norm_matches_seed(cond_per_token):
+    r = rng(7)
+    d, c = 8, 5
+    x = r.normal(size=(2, 4, d)).astype("float32")
+    cond = r.normal(size=(2, 4, c) if cond_per_token else (2, c)).astype("float32")
+    tm = randomize(SeedAdaptiveLN(d, c))
+    tref = tm if cond_per_token else _PerExample(tm)
+    params = to_jnp({"proj": lin(tm.proj), "norm": {"scale": tm.ln.weight.detach().numpy(), "bias": tm.ln.bias.detach().numpy()}})
+    fns = [linen_fn(L.AdaptiveLayerNorm(features=d)), nnx_fn(N.AdaptiveLayerNorm(c, d, rngs=nnx.Rngs(0)))]
+    tgp, results = check_against_torch(tref, fns, params, [x, cond], F32_TOL)
+    for _, _, gp in results:
+        close(gp["proj"]["kernel"], tgp["proj.weight"].T if "proj.weight" in tgp else tgp["m.proj.weight"].T, F32_TOL)
+        gpw = {k.removeprefix("m."): v for k, v in tgp.items()}
+        close(gp["proj"]["bias"], gpw["proj.bias"], F32_TOL)
+        close(gp["norm"]["scale"], gpw["ln.weight"], F32_TOL)
+        close(gp["norm"]["bias"], gpw["ln.bias"], F32_TOL)
+
+
+class _PerExample(torch.nn.Module):
+    """Seed AdaptiveLN with a per-example condition [B, C] broadcast over tokens (DiT-style)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x, cond):
+        gamma, beta = self.m.proj(cond).chunk(2, dim=-1)
+        return self.m.ln(x) * (1 + gamma[:, None]) + beta[:, None]
+
+
+@pytest.mark.parametrize("num_chunks", [6, 3])
+def test_ada_ln_zero_matches_diffusers(num_chunks):
+    from diffusers.models.normalization import AdaLayerNormZero, AdaLayerNormZeroSingle
+
+    r = rng(8)
+    d = 8
+    x = r.normal(size=(2, 5, d)).astype("float32")
+    emb = r.normal(size=(2, d)).astype("float32")
+    dm = AdaLayerNormZero(d) if num_chunks == 6 else AdaLayerNormZeroSingle(d)
+    randomize(dm)
+
+    class Wrap(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dm = dm
+
+        def forward(self, x, e):
+            return tuple(self.dm(x, emb=e)) if num_chunks == 6 else tuple(self.dm(x, e))
+
+    params = to_jnp({"linear": lin(dm.linear)})
+    fns = [
+        linen_fn(L.AdaLNZero(features=d, num_chunks=num_chunks)),
+        nnx_fn(N.AdaLNZero(d, d, num_chunks=num_chunks)),
+    ]
+    tgp, results = check_against_torch(Wrap(), fns, params, [x, emb], F32_TOL)
+    for outs, _, gp in results:
+        assert len(outs) == (5 if num_chunks == 6 else 2)
+        close(gp["linear"]["kernel"], tgp["dm.linear.weight"].T, F32_TOL)
+        close(gp["linear"]["bias"], tgp["dm.linear.bias"], F32_TOL)
+
+
+@pytest.mark.parametrize("norm_type", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("affine", [True, False])
+def test_ada_ln_continuous_matches_diffusers(norm_type, affine):
+    from diffusers.models.normalization import AdaLayerNormContinuous
+
+    r = rng(9)
+    d, c = 8, 6
+    x = r.normal(size=(2, 5, d)).astype("float32")
+    cond = r.normal(size=(2, c)).astype("float32")
+    dm = randomize(AdaLayerNormContinuous(d, c, elementwise_affine=affine, eps=1e-5, norm_type=norm_type))
+    params = {"linear": lin(dm.linear)}
+    if affine:
+        params["norm"] = {"scale": dm.norm.weight.detach().numpy()}
+        if norm_type == "layer_norm":
+            params["norm"]["bias"] = dm.norm.bias.detach().numpy()
+    params = to_jnp(params)
+    kw = dict(elementwise_affine=affine, norm_type=norm_type)
+    lm, nm = L.AdaLNContinuous(features=d, **kw), N.AdaLNContinuous(c, d, rngs=nnx.Rngs(0), **kw)
+    assert jax.tree.map(jnp.shape, lm.init(jax.random.key(0), x, cond)["params"]) == jax.tree.map(jnp.shape, params)
+    assert jax.tree.map(jnp.shape, nnx.state(nm, nnx.Param).to_pure_dict()) == jax.tree.map(jnp.shape, params)
+    tgp, results = check_against_torch(dm, [linen_fn(lm), nnx_fn(nm)], params, [x, cond], F32_TOL)
+    for _, _, gp in results:
+        close(gp["linear"]["kernel"], tgp["linear.weight"].T, F32_TOL)
+        if affine:
+            close(gp["norm"]["scale"], tgp["norm.weight"], F32_TOL)
+
+
+def test_ada_ln_zero_starts_as_plain_layer_norm():
+    import jln
+
+    r = rng(10)
+    x = jnp.asarray(r.normal(size=(2, 5, 8)), jnp.float32)
+    emb = jnp.asarray(r.normal(size=(2, 8)), jnp.float32)
+    ref = jln.layer_norm(x, eps=1e-6)
+    m = L.AdaLNZero(features=8)
+    outs_l = m.apply(m.init(jax.random.key(0), x, emb), x, emb)
+    outs_n = N.AdaLNZero(8, 8)(x, emb)
+    for outs in (outs_l, outs_n):
+        np.testing.assert_array_equal(outs[0], ref)
+        for gate_or_mod in outs[1:]:
+            np.testing.assert_array_equal(gate_or_mod, np.zeros((2, 8)))
