@@ -1,0 +1,228 @@
+"""Pallas kernels (interpret mode on CPU) against the XLA path: forward, gradients, transforms.
+
+The XLA path (``impl="xla"``) is itself tested against torch and float64 references elsewhere;
+here the claim is that the kernels implement the same contract, so every result is compared
+with it, forward and reverse (dx, dscale, dbias, and the conditions' cotangents).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jln
+from jln import kernels
+from jln.kernels import _plan
+
+F32, BF16, F16 = jnp.float32, jnp.bfloat16, jnp.float16
+DTYPES = [F32, BF16, F16]
+SHAPES = [(3, 5, 40), (4, 1), (0, 16)]
+
+
+def _tol(dtype):
+    # forward: one rounding of the output (the kernel's float32 sums may differ from XLA's in
+    # their last bit, which can move a low-precision result by one ulp)
+    return {F32: 2e-6, BF16: 1e-2, F16: 1e-3}[dtype]
+
+
+def _grad_tol(dtype):
+    return {F32: 2e-5, BF16: 3e-2, F16: 4e-3}[dtype]
+
+
+def _data(shape, dtype, seed=0):
+    k1, k2, k3, k4 = jax.random.split(jax.random.key(seed), 4)
+    x = (1.5 * jax.random.normal(k1, shape) + 0.3).astype(dtype)
+    d = shape[-1]
+    scale = (1 + 0.3 * jax.random.normal(k2, (d,))).astype(dtype)
+    bias = (0.2 * jax.random.normal(k3, (d,))).astype(dtype)
+    probe = jax.random.normal(k4, shape)  # a fixed cotangent direction, float32
+    return x, scale, bias, probe
+
+
+def _close(a, b, tol, what):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    assert a.shape == b.shape, what
+    scale = max(1.0, float(np.max(np.abs(b)))) if b.size else 1.0
+    err = float(np.max(np.abs(a - b))) if a.size else 0.0
+    assert err <= tol * scale, f"{what}: max |pallas - xla| = {err:.3g} > {tol * scale:.3g}"
+    return err
+
+
+def _compare(fn, args, dtype, probe, what):
+    """Forward and every gradient of ``sum(fn(*args, impl) * probe)``, pallas vs xla."""
+    outs = {impl: fn(*args, impl=impl) for impl in ("pallas", "xla")}
+    assert outs["pallas"].dtype == outs["xla"].dtype, what
+    _close(outs["pallas"], outs["xla"], _tol(dtype), f"{what} forward")
+
+    def loss(impl, *a):
+        return jnp.sum(fn(*a, impl=impl).astype(F32) * probe)
+
+    argnums = tuple(range(len(args)))
+    gp = jax.grad(lambda *a: loss("pallas", *a), argnums)(*args)
+    gx = jax.grad(lambda *a: loss("xla", *a), argnums)(*args)
+    for i, (p, x) in enumerate(zip(gp, gx, strict=True)):
+        assert p.dtype == x.dtype and p.shape == x.shape
+        _close(p, x, _grad_tol(dtype), f"{what} grad of arg {i}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_layer_norm(shape, dtype):
+    x, scale, bias, probe = _data(shape, dtype)
+    _compare(lambda x, s, b, impl: jln.layer_norm(x, s, b, impl=impl), (x, scale, bias), dtype, probe, "layer_norm")
+
+
+def test_layer_norm_no_params_wide_row_and_offset():
+    # 3000 columns (padded to 4096, masked), data far from zero (the pivot keeps precision)
+    x = 3e4 + jax.random.normal(jax.random.key(1), (2, 3000))
+    probe = jax.random.normal(jax.random.key(2), x.shape)
+    _compare(lambda x, impl: jln.layer_norm(x, impl=impl), (x,), F32, probe, "layer_norm offset")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("convention", ["torch", "llama", "gemma", "t5", "diffusers", "seed"])
+def test_rms_norm_conventions(convention, dtype):
+    x, scale, bias, probe = _data((3, 5, 40), dtype)
+    if convention == "diffusers":
+        fn = lambda x, s, b, impl: jln.rms_norm(x, s, convention=convention, bias=b, impl=impl)  # noqa: E731
+        args = (x, scale, bias)
+    else:
+        fn = lambda x, s, impl: jln.rms_norm(x, s, convention=convention, impl=impl)  # noqa: E731
+        args = (x, scale)
+    _compare(fn, args, dtype, probe, f"rms_norm {convention}")
+
+
+@pytest.mark.parametrize("convention", ["llama", "t5", "seed"])
+def test_rms_norm_float32_weight_low_precision_input(convention):
+    # the weight's dtype decides the output dtype in these conventions
+    x, scale, _, probe = _data((4, 24), BF16)
+    fn = lambda x, s, impl: jln.rms_norm(x, s, convention=convention, impl=impl)  # noqa: E731
+    _compare(fn, (x, scale.astype(F32)), BF16, probe, f"rms_norm {convention} f32 weight")
+
+
+@pytest.mark.parametrize("shape", [(4, 1), (0, 16)], ids=str)
+def test_rms_norm_edge_shapes(shape):
+    x, scale, _, probe = _data(shape, F32)
+    _compare(lambda x, s, impl: jln.rms_norm(x, s, impl=impl), (x, scale), F32, probe, "rms_norm")
+
+
+def test_seed_clamped_rows():
+    # an all-zero row is clamped to eps: value and gradient follow the clamp branch
+    x = jnp.concatenate([jnp.zeros((1, 8)), jax.random.normal(jax.random.key(3), (2, 8))])
+    probe = jax.random.normal(jax.random.key(4), x.shape)
+    fn = lambda x, impl: jln.rms_norm(x, convention="seed", impl=impl)  # noqa: E731
+    _compare(fn, (x,), F32, probe, "rms_norm seed clamp")
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=lambda d: jnp.dtype(d).name)
+def test_add_norms(dtype):
+    x, scale, bias, probe = _data((2, 3, 24), dtype)
+    r = jnp.flip(x, axis=-1)
+
+    def add_ln(x, r, s, b, impl):
+        y, s_ = jln.add_layer_norm(x, r, s, b, impl=impl)
+        return y.astype(F32) + s_.astype(F32)
+
+    def add_rms(x, r, s, impl):
+        y, s_ = jln.add_rms_norm(x, r, s, convention="llama", residual_in_fp32=True, impl=impl)
+        return y.astype(F32) + s_
+
+    _compare(add_ln, (x, r, scale, bias), dtype, probe, "add_layer_norm")
+    _compare(add_rms, (x, r, scale), dtype, probe, "add_rms_norm")
+
+
+# tokens=8: one condition row per block (a group operand); 5: materialized per row
+@pytest.mark.parametrize("dtype, tokens", [(F32, 8), (BF16, 8), (F16, 8), (F32, 5)], ids=str)
+def test_adaptive_layer_norm(dtype, tokens):
+    x, scale, bias, probe = _data((2, tokens, 16), dtype)
+    emb = (0.5 * jax.random.normal(jax.random.key(5), (2, 6 * 16))).astype(dtype)
+
+    def fn(x, emb, s, b, impl):
+        return jln.adaptive_layer_norm(x, emb, s, b, order="dit", eps=1e-6, impl=impl)[0]
+
+    _compare(fn, (x, emb, scale, bias), dtype, probe, "adaptive_layer_norm")
+
+
+def test_adaptive_layer_norm_shared_condition():
+    # a [k*D] condition shared by every row (a per-feature operand)
+    x, _, _, probe = _data((3, 4, 16), F32)
+    emb = jax.random.normal(jax.random.key(6), (2 * 16,))
+    fn = lambda x, e, impl: jln.adaptive_layer_norm(x, e, order="seed", impl=impl)[0]  # noqa: E731
+    # the XLA path broadcasts a [D] condition by rank promotion (reported to the lead)
+    with jax.numpy_rank_promotion("allow"):
+        _compare(fn, (x, emb), F32, probe, "adaptive_layer_norm shared")
+
+
+def test_jit_vmap_grad():
+    x, scale, bias, probe = _data((3, 4, 16), F32)
+
+    def f(impl):
+        g = jax.jit(jax.vmap(jax.grad(lambda x, s: jnp.sum(jln.layer_norm(x, s, impl=impl) * x)), (0, None)))
+        return g(x, scale)
+
+    _close(f("pallas"), f("xla"), 2e-5, "jit(vmap(grad))")
+
+
+def test_tpu_layout_in_interpret_mode(monkeypatch):
+    # the exact-width, 8-row-aligned TPU tiling with a partial last block
+    monkeypatch.setattr(kernels, "INTERPRET_TARGET", "tpu")
+    monkeypatch.setattr(_plan, "tpu_block_rows", lambda n: 8)
+    x, scale, bias, probe = _data((20, 40), BF16)
+    _compare(lambda x, s, b, impl: jln.layer_norm(x, s, b, impl=impl), (x, scale, bias), BF16, probe, "tpu ln")
+    emb = jax.random.normal(jax.random.key(7), (2, 2 * 40))
+    x3 = x.reshape(2, 10, 40)  # 10 rows per example: not 8-aligned, so materialized per row
+    fn = lambda x, e, impl: jln.adaptive_layer_norm(x, e, impl=impl)[0]  # noqa: E731
+    _compare(fn, (x3, emb), BF16, probe.reshape(x3.shape), "tpu adaptive")
+
+
+def test_auto_picks_xla_on_cpu():
+    assert jax.default_backend() == "cpu"
+    assert not kernels.native("cpu") and kernels.native("gpu") and kernels.native("tpu")
+    x = jnp.ones((2, 8))
+
+    def has_pallas(impl):
+        return "pallas_call" in str(jax.make_jaxpr(lambda x: jln.rms_norm(x, impl=impl))(x))
+
+    assert not has_pallas("auto") and has_pallas("pallas")
+
+
+def test_forward_mode_is_rejected_on_kernel_path():
+    x = jnp.ones((2, 8))
+    with pytest.raises(TypeError, match="custom_vjp"):
+        jax.jvp(lambda x: jln.layer_norm(x, impl="pallas"), (x,), (x,))
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: jln.layer_norm(jnp.ones((4, 3)), axis=0, impl="pallas"), "trailing axes"),
+        (lambda: jln.rms_norm(jnp.ones((1, 70000)), impl="pallas"), "exceed"),
+        (lambda: jln.layer_norm(jnp.ones((2, 0)), impl="pallas"), "empty"),
+    ],
+)
+def test_unsupported_raises(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_unsupported_reason_float64_and_axis_name():
+    x = jax.ShapeDtypeStruct((2, 8), jnp.float64)
+    static = dict(axes=(1,), eps=1e-5, out_dtype=jnp.float64)
+    assert "float64" in kernels.unsupported_reason("layer_norm", x, None, backend="gpu", **static)
+    y = jax.ShapeDtypeStruct((2, 8), F32)
+    static["out_dtype"] = F32
+    assert "axis_name" in kernels.unsupported_reason("layer_norm", y, "i", backend="gpu", **static)
+    assert kernels.unsupported_reason("layer_norm", y, None, backend="gpu", **static) is None
+
+
+def test_linen_module_impl_pallas():
+    linen = pytest.importorskip("jln.linen")
+    x, _, _, _ = _data((2, 3, 16), F32)
+    outs = []
+    for impl in ("pallas", "xla"):
+        m = linen.LayerNorm(impl=impl)
+        params = m.init(jax.random.key(0), x)
+        outs.append(m.apply(params, x))
+    _close(outs[0], outs[1], 2e-6, "linen LayerNorm")
