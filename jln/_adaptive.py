@@ -146,6 +146,8 @@ def adaptive_layer_norm(
     eps: float = 1e-5,
     scale_offset: float = 1.0,
     impl: str = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
 ) -> tuple[Array, dict[str, Array]]:
     r"""Adaptive LayerNorm: a LayerNorm (own affine optional) followed by modulation.
 
@@ -171,6 +173,9 @@ def adaptive_layer_norm(
       axis, eps: as in :func:`layer_norm` (torch defaults; DiT uses eps=1e-6).
       scale_offset: 1 for ``(1 + scale)``, 0 for FiLM's plain ``scale``.
       impl: as in :func:`layer_norm`.
+      axis_name, axis_index_groups: as in :func:`layer_norm`: the normalized axis of ``x`` is
+        split across this mapped axis, and ``emb`` holds the matching local blocks of every
+        chunk (each chunk sharded like the hidden axis).
 
     Returns:
       ``(y, chunks)``: ``y`` has ``x.shape`` and the promoted dtype of ``x`` and ``emb``;
@@ -178,8 +183,8 @@ def adaptive_layer_norm(
       MLP's shift/scale for DiT).
 
     Raises:
-      TypeError, ValueError: as :func:`layer_norm` and :func:`split_condition`, or when
-        ``use`` names chunks that ``order`` lacks.
+      TypeError, ValueError, NameError: as :func:`layer_norm` and :func:`split_condition`,
+        or when ``use`` names chunks that ``order`` lacks.
 
     Example:
       >>> import jax.numpy as jnp, jln
@@ -202,8 +207,10 @@ def adaptive_layer_norm(
     sh = expand_condition(chunks[use[0]], x.shape, use[0], fn)
     sc = expand_condition(chunks[use[1]], x.shape, use[1], fn)
     mod_dtype = _stats.promote(x.dtype, sh.dtype, sc.dtype)
+    name, groups = _checks.check_axis_name(axis_name, axis_index_groups, fn)  # distributed
     y = _layer_norm.ln_apply(
         fn, impl, x, s, b, sh, sc, axes=axes, eps=eps_f, out_dtype=x.dtype,
         mod_offset=float(scale_offset), mod_dtype=mod_dtype,
+        axis_name=name, axis_index_groups=groups,
     )
     return y, chunks

@@ -122,3 +122,60 @@ def check_same_shape(a: Any, b: Any, names: tuple[str, str], fn: str) -> None:
             f"{fn}: `{names[0]}` and `{names[1]}` must have the same shape; received "
             f"{tuple(a.shape)} and {tuple(b.shape)}."
         )
+
+
+# --- distributed: ``axis_name=`` / ``axis_index_groups=`` ------------------------------------
+
+
+def check_axis_name(axis_name: Any, axis_index_groups: Any, fn: str) -> tuple[Any, Any]:
+    """Validate a mapped axis name (and optional groups); return them normalized.
+
+    ``axis_name`` is a mesh axis name (or a tuple of names) bound by ``jax.shard_map`` or
+    ``jax.pmap`` over which the normalized axes are split. Groups become a tuple of tuples.
+
+    Raises:
+      TypeError: ``axis_name`` is unhashable (a list), or groups are not sequences of ints.
+      ValueError: groups without ``axis_name``, or groups that do not partition the axis into
+        equal parts.
+      NameError: ``axis_name`` is not bound here (JAX's own error type for unbound axes).
+    """
+    if axis_name is None:
+        if axis_index_groups is not None:
+            raise ValueError(f"{fn}: `axis_index_groups` needs an `axis_name`; received axis_name=None.")
+        return None, None
+    if isinstance(axis_name, list):
+        axis_name = tuple(axis_name)
+    try:
+        hash(axis_name)
+    except TypeError:
+        raise TypeError(
+            f"{fn}: `axis_name` must be a mesh axis name (a str) or a tuple of names; received "
+            f"{axis_name!r}."
+        ) from None
+    from jax import lax  # local: _checks otherwise needs only numpy-level jax
+
+    try:
+        size = int(lax.axis_size(axis_name))
+    except NameError:
+        raise NameError(
+            f"{fn}: axis_name={axis_name!r} is not bound here. `axis_name` names the mesh axis "
+            f"over which the normalized axis is split, and is valid only inside jax.shard_map or "
+            f"jax.pmap over that axis. Under plain jax.jit with NamedSharding leave "
+            f"axis_name=None: XLA partitions the statistics itself."
+        ) from None
+    if axis_index_groups is None:
+        return axis_name, None
+    try:
+        groups = tuple(tuple(operator.index(i) for i in g) for g in axis_index_groups)
+    except TypeError:
+        raise TypeError(
+            f"{fn}: `axis_index_groups` must be a sequence of sequences of device indices; "
+            f"received {axis_index_groups!r}."
+        ) from None
+    flat = sorted(i for g in groups for i in g)
+    if not groups or len({len(g) for g in groups}) != 1 or flat != list(range(size)):
+        raise ValueError(
+            f"{fn}: `axis_index_groups` must split the {size} indices of axis {axis_name!r} into "
+            f"equal groups, each index once (e.g. [[0, 1], [2, 3]]); received {axis_index_groups!r}."
+        )
+    return axis_name, groups

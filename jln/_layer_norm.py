@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _checks, _dispatch, _stats
+from jln import _checks, _dispatch, _distributed, _stats
 from jln._checks import Axis
 
 Array = jax.Array
@@ -49,14 +49,17 @@ def ln_body(
     out_dtype: Any,
     mod_offset: float,
     mod_dtype: Any,
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
 ) -> Array:
     """``(x - mean) * rsqrt(var + eps) * scale + bias``, then optional modulation.
 
     Arrays arrive already broadcastable against ``x``. Runs under the remat policy, so reverse
-    mode keeps ``x`` (own dtype), per-row mean/rstd and the parameters, nothing else.
+    mode keeps ``x`` (own dtype), per-row mean/rstd and the parameters, nothing else (plus the
+    gathered per-shard row statistics when the rows are split across ``axis_name``).
     """
     sd = _stats.stats_dtype(x.dtype)
-    _, d, var = _stats.centered(x.astype(sd), axes)
+    _, d, var = _stats.centered(x.astype(sd), axes, axis_name, axis_index_groups)
     y = d * _stats.inv_std(var, eps)
     return ln_affine(y, scale, bias, shift, mscale, out_dtype=out_dtype, mod_offset=mod_offset, mod_dtype=mod_dtype)
 
@@ -102,15 +105,28 @@ def ln_apply(
     out_dtype: Any,
     mod_offset: float = 1.0,
     mod_dtype: Any = None,
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
 ) -> Array:
     """Run the LayerNorm contract through XLA (:func:`ln_body`) or a Pallas kernel."""
     static = dict(axes=axes, eps=eps, out_dtype=out_dtype, mod_offset=mod_offset, mod_dtype=mod_dtype)
+    # distributed statistics (axis_name=): passed on only when set, so kernels see them only
+    # if they declared support for them in unsupported_reason
+    dist = {} if axis_name is None else dict(axis_name=axis_name, axis_index_groups=axis_index_groups)
+    pallas = _dispatch.choose(impl, fn, "layer_norm", x, axis_name, **static) == "pallas"
+    layout = None if axis_name is not None else _distributed.explicit_layout(x)
+    if _distributed.wants_local(layout, axes, pallas):  # explicit sharding: run on local blocks
+
+        def local(xl: Array, *ops: Array | None, axis_name: Any) -> Array:
+            return ln_apply(fn, impl, xl, *ops, **static, axis_name=axis_name)  # type: ignore[arg-type]
+
+        return _distributed.run_local(local, layout, axes, x, scale, bias, shift, mscale)  # type: ignore[arg-type]
     with jax.named_scope(fn):
-        if _dispatch.choose(impl, fn, "layer_norm", x, None, **static) == "pallas":
+        if pallas:
             from jln import kernels
 
-            return kernels.ln(x, scale, bias, shift, mscale, **static)
-        return ln_body(x, scale, bias, shift, mscale, **static)
+            return kernels.ln(x, scale, bias, shift, mscale, **static, **dist)
+        return ln_body(x, scale, bias, shift, mscale, **static, **dist)
 
 
 def prepare(
@@ -135,6 +151,8 @@ def layer_norm(
     axis: Axis = -1,
     eps: float = 1e-5,
     impl: str = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
 ) -> Array:
     r"""Layer normalization, numerically identical in contract to ``torch.nn.functional.layer_norm``.
 
@@ -156,6 +174,13 @@ def layer_norm(
       eps: added to the variance inside the square root; torch's default 1e-5.
       impl: ``"auto"`` (Pallas kernel where one runs natively, else XLA), ``"xla"``, or
         ``"pallas"`` (interpret mode on CPU).
+      axis_name: inside ``jax.shard_map``/``jax.pmap``: the mesh axis name (or tuple of
+        names) across which the normalized axes are split (tensor parallelism). ``x`` is the
+        local block; mean and variance are those of the whole row, merged with one
+        all_gather of 3 values per row. ``scale``/``bias`` are the local blocks. Leave it
+        ``None`` under plain ``jax.jit`` with ``NamedSharding`` (XLA partitions it).
+      axis_index_groups: optional groups of indices of ``axis_name`` that each hold one row,
+        as in ``jax.lax.psum`` (``jax.pmap`` or ``shard_map(check_vma=False)`` only).
 
     Returns:
       Array of ``x.shape`` and ``x.dtype`` (float32 params do not promote a bfloat16 ``x``).
@@ -164,6 +189,7 @@ def layer_norm(
       TypeError: ``x`` (or a parameter) is not a floating array.
       ValueError: ``scale``/``bias`` shape differs from ``x``'s shape at the normalized axes;
         an axis is out of range or repeated; ``axis`` is empty; ``eps`` is negative.
+      NameError: ``axis_name`` is not bound (outside ``shard_map``/``pmap``).
 
     Example:
       >>> import jax.numpy as jnp, jln
@@ -174,7 +200,11 @@ def layer_norm(
     """
     fn = "jln.layer_norm"
     axes, eps_f, s, b = prepare(fn, x, scale, bias, axis, eps)
-    return ln_apply(fn, impl, x, s, b, None, None, axes=axes, eps=eps_f, out_dtype=x.dtype)
+    name, groups = _checks.check_axis_name(axis_name, axis_index_groups, fn)
+    return ln_apply(
+        fn, impl, x, s, b, None, None, axes=axes, eps=eps_f, out_dtype=x.dtype,
+        axis_name=name, axis_index_groups=groups,
+    )
 
 
 def residual_sum(fn: str, x: Any, residual: Any, residual_in_fp32: bool) -> Array:
@@ -198,6 +228,8 @@ def add_layer_norm(
     eps: float = 1e-5,
     residual_in_fp32: bool = False,
     impl: str = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
 ) -> tuple[Array, Array]:
     r"""Pre-norm residual step fused: ``s = x + residual``; returns ``(layer_norm(s), s)``.
 
@@ -212,7 +244,7 @@ def add_layer_norm(
       scale, bias, axis, eps: as in :func:`layer_norm`.
       residual_in_fp32: compute and return ``s`` in float32 (float64 stays float64) so the
         residual stream does not accumulate bfloat16/float16 rounding across layers.
-      impl: as in :func:`layer_norm`.
+      impl, axis_name, axis_index_groups: as in :func:`layer_norm`.
 
     Returns:
       ``(normed, s)``: ``normed`` has ``x.shape`` and ``x.dtype``; ``s`` has the promoted dtype
@@ -220,8 +252,8 @@ def add_layer_norm(
       ``s`` and per-row statistics only.
 
     Raises:
-      TypeError, ValueError: as :func:`layer_norm`, and ``ValueError`` if ``x`` and
-      ``residual`` differ in shape.
+      TypeError, ValueError, NameError: as :func:`layer_norm`, and ``ValueError`` if ``x``
+      and ``residual`` differ in shape.
 
     Example:
       >>> import jax.numpy as jnp, jln
@@ -232,4 +264,9 @@ def add_layer_norm(
     fn = "jln.add_layer_norm"
     s = residual_sum(fn, x, residual, residual_in_fp32)
     axes, eps_f, sc, b = prepare(fn, s, scale, bias, axis, eps)
-    return ln_apply(fn, impl, s, sc, b, None, None, axes=axes, eps=eps_f, out_dtype=x.dtype), s
+    name, groups = _checks.check_axis_name(axis_name, axis_index_groups, fn)
+    y = ln_apply(
+        fn, impl, s, sc, b, None, None, axes=axes, eps=eps_f, out_dtype=x.dtype,
+        axis_name=name, axis_index_groups=groups,
+    )
+    return y, s

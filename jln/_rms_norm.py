@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _checks, _dispatch, _stats
+from jln import _checks, _dispatch, _distributed, _stats
 from jln._checks import Axis
 from jln._layer_norm import expand_param, residual_sum
 
@@ -87,8 +87,14 @@ def rms_body(
     convention: str,
     io_dtype: Any,
     out_dtype: Any,
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
 ) -> Array:
-    """The RMSNorm formula of ``convention``; see :func:`rms_norm` for each one."""
+    """The RMSNorm formula of ``convention``; see :func:`rms_norm` for each one.
+
+    With ``axis_name`` the rows are split across that mapped axis: the sum of squares is
+    psummed once and ``n`` is the global count.
+    """
     sd = _stats.stats_dtype(x.dtype)
     x32 = x.astype(sd)
     static = dict(
@@ -98,11 +104,12 @@ def rms_body(
         out_dtype=out_dtype,
     )
     if convention == "seed":
-        n = _stats.count(x.shape, axes)
-        denom = seed_denominator(jnp.sum(x32 * x32, axis=axes, keepdims=True), n, eps, io_dtype)
+        n = _stats.count(x.shape, axes, axis_name, axis_index_groups)
+        sum_sq = _stats.sum_square(x32, axes, axis_name, axis_index_groups)
+        denom = seed_denominator(sum_sq, n, eps, io_dtype)
         denom = _stats.checkpoint_name(denom, _stats.STAT_NAMES[1])
         return rms_affine(x32 / denom, scale, bias, **static)
-    h = x32 * _stats.inv_std(_stats.mean_square(x32, axes), eps)
+    h = x32 * _stats.inv_std(_stats.mean_square(x32, axes, axis_name, axis_index_groups), eps)
     return rms_affine(h, scale, bias, **static)
 
 
@@ -164,15 +171,27 @@ def rms_apply(
     convention: str,
     io_dtype: Any,
     out_dtype: Any,
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
 ) -> Array:
     """Run an RMSNorm convention through XLA (:func:`rms_body`) or a Pallas kernel."""
     static = dict(axes=axes, eps=eps, convention=convention, io_dtype=io_dtype, out_dtype=out_dtype)
+    # distributed statistics: passed on only when set (kernels must declare support)
+    dist = {} if axis_name is None else dict(axis_name=axis_name, axis_index_groups=axis_index_groups)
+    pallas = _dispatch.choose(impl, fn, "rms_norm", x, axis_name, **static) == "pallas"
+    layout = None if axis_name is not None else _distributed.explicit_layout(x)
+    if _distributed.wants_local(layout, axes, pallas):  # explicit sharding: run on local blocks
+
+        def local(xl: Array, *ops: Array | None, axis_name: Any) -> Array:
+            return rms_apply(fn, impl, xl, *ops, **static, axis_name=axis_name)  # type: ignore[arg-type]
+
+        return _distributed.run_local(local, layout, axes, x, scale, bias)  # type: ignore[arg-type]
     with jax.named_scope(fn):
-        if _dispatch.choose(impl, fn, "rms_norm", x, None, **static) == "pallas":
+        if pallas:
             from jln import kernels
 
-            return kernels.rms(x, scale, bias, **static)
-        return rms_body(x, scale, bias, **static)
+            return kernels.rms(x, scale, bias, **static, **dist)
+        return rms_body(x, scale, bias, **static, **dist)
 
 
 def prepare(
@@ -216,6 +235,8 @@ def rms_norm(
     convention: str = "torch",
     bias: Array | None = None,
     impl: str = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
 ) -> Array:
     r"""Root-mean-square normalization, in torch's convention or a named model's.
 
@@ -246,6 +267,11 @@ def rms_norm(
       convention: one of the names above.
       bias: diffusers' optional bias (``convention="diffusers"`` only).
       impl: ``"auto"``, ``"xla"`` or ``"pallas"``, as in :func:`jln.layer_norm`.
+      axis_name: inside ``jax.shard_map``/``jax.pmap``: the mesh axis name(s) across which
+        the normalized axes are split; the mean square (seed: the norm and ``n``) is that of
+        the whole row, from one psum of the per-row sum of squares. ``None`` under plain
+        ``jax.jit`` with ``NamedSharding``.
+      axis_index_groups: as in ``jax.lax.psum`` (``jax.pmap`` or ``check_vma=False`` only).
 
     Returns:
       Array of ``x.shape``; dtype as in the table (``x.dtype`` for torch and gemma).
@@ -254,6 +280,7 @@ def rms_norm(
       TypeError: ``x`` or a parameter is not floating.
       ValueError: bad parameter shape, bad axis, negative eps, unknown convention, or a bias
         outside the diffusers convention.
+      NameError: ``axis_name`` is not bound (outside ``shard_map``/``pmap``).
 
     Example:
       >>> import jax.numpy as jnp, jln
@@ -264,7 +291,11 @@ def rms_norm(
     """
     fn = "jln.rms_norm"
     axes, eps_f, conv, s, b, out = prepare(fn, x, scale, bias, axis, eps, convention, getattr(x, "dtype", None))
-    return rms_apply(fn, impl, x, s, b, axes=axes, eps=eps_f, convention=conv, io_dtype=x.dtype, out_dtype=out)
+    name, groups = _checks.check_axis_name(axis_name, axis_index_groups, fn)
+    return rms_apply(
+        fn, impl, x, s, b, axes=axes, eps=eps_f, convention=conv, io_dtype=x.dtype, out_dtype=out,
+        axis_name=name, axis_index_groups=groups,
+    )
 
 
 def add_rms_norm(
@@ -277,6 +308,8 @@ def add_rms_norm(
     convention: str = "torch",
     residual_in_fp32: bool = False,
     impl: str = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
 ) -> tuple[Array, Array]:
     r"""Pre-norm residual step fused: ``s = x + residual``; returns ``(rms_norm(s), s)``.
 
@@ -289,14 +322,15 @@ def add_rms_norm(
       residual: the residual stream, same shape.
       scale, axis, eps, convention: as in :func:`rms_norm`.
       residual_in_fp32: compute and return ``s`` in float32 (float64 stays float64).
-      impl: as in :func:`rms_norm`.
+      impl, axis_name, axis_index_groups: as in :func:`rms_norm`.
 
     Returns:
       ``(normed, s)``; ``s`` has the promoted dtype of the inputs (float32 at least with
       ``residual_in_fp32``). Reverse mode keeps ``s`` and per-row rstd only.
 
     Raises:
-      TypeError, ValueError: as :func:`rms_norm`; ``ValueError`` if the shapes differ.
+      TypeError, ValueError, NameError: as :func:`rms_norm`; ``ValueError`` if the shapes
+        differ.
 
     Example:
       >>> import jax.numpy as jnp, jln
@@ -309,5 +343,9 @@ def add_rms_norm(
     axes, eps_f, conv, sc, _, out = prepare(fn, s, scale, None, axis, eps, convention, x.dtype)
     # the norm reads s unrounded (float32 with residual_in_fp32); its result takes the dtype
     # the convention gives for an x.dtype input
-    y = rms_apply(fn, impl, s, sc, None, axes=axes, eps=eps_f, convention=conv, io_dtype=s.dtype, out_dtype=out)
+    name, groups = _checks.check_axis_name(axis_name, axis_index_groups, fn)
+    y = rms_apply(
+        fn, impl, s, sc, None, axes=axes, eps=eps_f, convention=conv, io_dtype=s.dtype, out_dtype=out,
+        axis_name=name, axis_index_groups=groups,
+    )
     return y, s

@@ -28,7 +28,9 @@ from jax.ad_checkpoint import checkpoint_name
 Array = jax.Array
 
 #: Names of the per-row statistics that reverse mode saves (everything else is recomputed).
-STAT_NAMES = ("jln.mean", "jln.rstd")
+#: The third holds the gathered per-shard statistics of a norm over a sharded axis
+#: (``axis_name=``), so the backward pass does not repeat the forward collective.
+STAT_NAMES = ("jln.mean", "jln.rstd", "jln.shard_stats")
 REMAT_POLICY = jax.checkpoint_policies.save_only_these_names(*STAT_NAMES)
 
 _LOW_PRECISION = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
@@ -71,11 +73,67 @@ def round_to(v: Array, dtype: Any) -> Array:
     return v.astype(dtype).astype(v.dtype)
 
 
-def count(shape: tuple[int, ...], axes: tuple[int, ...]) -> int:
+def count(
+    shape: tuple[int, ...],
+    axes: tuple[int, ...],
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+) -> int:
+    """Number of elements per row; with ``axis_name``, over all devices (the global count)."""
     n = 1
     for a in axes:
         n *= shape[a]
-    return n
+    return n * shard_count(axis_name, axis_index_groups)
+
+
+# --- statistics over a normalized axis sharded across devices (``axis_name=``) ----------------
+# Each device holds an equal block of every row. RMSNorm needs one psum of the per-row sum of
+# squares. LayerNorm all-gathers each device's per-row (pivot, mean about that pivot, M2) in
+# ONE collective and merges them (Chan et al.'s parallel update) about the global pivot, the
+# first element of the row (device 0's pivot): differences of pivots are exact for clustered
+# data, so the sharded result keeps the unsharded accuracy. The transposes of the collectives
+# (reduce-scatter, psum) do the cross-device reduction of dx in the backward pass.
+
+
+def shard_count(axis_name: Any, axis_index_groups: Any = None) -> int:
+    """How many devices share each row: 1 without ``axis_name``."""
+    if axis_name is None:
+        return 1
+    if axis_index_groups is not None:
+        return len(axis_index_groups[0])
+    return int(lax.axis_size(axis_name))
+
+
+def _collective(op: Any, v: Array, axis_name: Any, groups: Any) -> Array:
+    try:
+        return op(v, axis_name, axis_index_groups=groups)
+    except NotImplementedError as e:
+        if groups is None:
+            raise
+        raise NotImplementedError(
+            "axis_index_groups is not supported in this mapped context (jax.shard_map with "
+            "check_vma=True); use jax.pmap or jax.shard_map(..., check_vma=False)."
+        ) from e
+
+
+def _merged_centered(
+    xs: Array, pivot: Array, m: Array, axes: tuple[int, ...], axis_name: Any, groups: Any
+) -> tuple[Array, Array, Array]:
+    """``(mean, d, var)`` of rows split across ``axis_name``; one all_gather of 3 values/row."""
+    n_loc = count(xs.shape, axes)
+    d_loc = xs - m
+    m2 = jnp.sum(d_loc * d_loc, axis=axes, keepdims=True)
+    local = jnp.stack([pivot, m, m2])
+    gathered = _collective(lax.all_gather, local, axis_name, groups)  # [P, 3, ...]
+    gathered = checkpoint_name(gathered, STAT_NAMES[2])
+    p_all, m_all, m2_all = gathered[:, 0], gathered[:, 1], gathered[:, 2]
+    p0 = p_all[0]
+    delta = (p_all - p0) + m_all  # each shard's mean about the global pivot
+    mu = jnp.mean(delta, axis=0)
+    dev = delta - mu
+    var = (jnp.sum(m2_all, axis=0) + n_loc * jnp.sum(dev * dev, axis=0)) / (n_loc * delta.shape[0])
+    shift = (p0 - pivot) + mu  # the global mean about this device's pivot (recomputed in bwd)
+    return pivot + shift, xs - shift, var
 
 
 def _pivot(x: Array, axes: tuple[int, ...]) -> Array:
@@ -102,14 +160,20 @@ def _rsqrt_jvp(primals: tuple[Array], tangents: tuple[Array]) -> tuple[Array, Ar
     return r, -0.5 * (r * r * r) * dv
 
 
-def centered(x32: Array, axes: tuple[int, ...]) -> tuple[Array, Array, Array]:
+def centered(
+    x32: Array, axes: tuple[int, ...], axis_name: Any = None, axis_index_groups: Any = None
+) -> tuple[Array, Array, Array]:
     """Return ``(mean, d, var)``: the row mean, ``x - mean`` and the biased variance.
 
     ``x32`` is already in the statistics dtype. ``mean`` and ``var`` keep the reduced axes
-    (size 1) so they broadcast against ``x32``.
+    (size 1) so they broadcast against ``x32``. With ``axis_name`` the rows are split across
+    that mapped axis and the statistics are those of the whole (global) row.
     """
     pivot = _pivot(x32, axes)
     xs = x32 - pivot
+    if axis_name is not None:
+        m = jnp.mean(xs, axis=axes, keepdims=True)
+        return _merged_centered(xs, pivot, m, axes, axis_name, axis_index_groups)
     m = checkpoint_name(jnp.mean(xs, axis=axes, keepdims=True), STAT_NAMES[0])
     d = xs - m
     var = jnp.mean(d * d, axis=axes, keepdims=True)
@@ -121,9 +185,24 @@ def inv_std(var: Array, eps: float) -> Array:
     return checkpoint_name(_rsqrt(var + eps), STAT_NAMES[1])
 
 
-def mean_square(x32: Array, axes: tuple[int, ...]) -> Array:
-    """``mean(x^2)`` over ``axes`` (keepdims), in ``x32``'s dtype."""
-    return jnp.mean(x32 * x32, axis=axes, keepdims=True)
+def sum_square(
+    x32: Array, axes: tuple[int, ...], axis_name: Any = None, axis_index_groups: Any = None
+) -> Array:
+    """``sum(x^2)`` over ``axes`` (keepdims); with ``axis_name``, one psum over the devices."""
+    s = jnp.sum(x32 * x32, axis=axes, keepdims=True)
+    if axis_name is None:
+        return s
+    return _collective(lax.psum, s, axis_name, axis_index_groups)
+
+
+def mean_square(
+    x32: Array, axes: tuple[int, ...], axis_name: Any = None, axis_index_groups: Any = None
+) -> Array:
+    """``mean(x^2)`` over ``axes`` (keepdims), in ``x32``'s dtype; global with ``axis_name``."""
+    if axis_name is None:
+        return jnp.mean(x32 * x32, axis=axes, keepdims=True)
+    n = count(x32.shape, axes, axis_name, axis_index_groups)
+    return sum_square(x32, axes, axis_name, axis_index_groups) / n
 
 
 def safe_sqrt(v: Array) -> Array:
