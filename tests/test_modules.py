@@ -473,3 +473,357 @@ def test_ada_ln_zero_starts_as_plain_layer_norm():
         np.testing.assert_array_equal(outs[0], ref)
         for gate_or_mod in outs[1:]:
             np.testing.assert_array_equal(gate_or_mod, np.zeros((2, 8)))
+
+
+# ------------------------------------------------------------------------ TransformerEncoderLayer
+
+
+def encoder_params_from_torch(tm):
+    d = tm.self_attn.embed_dim
+    w = tm.self_attn.in_proj_weight.detach().numpy()
+    b = tm.self_attn.in_proj_bias.detach().numpy()
+    attn = {
+        name: {"kernel": w[i * d : (i + 1) * d].T.copy(), "bias": b[i * d : (i + 1) * d].copy()}
+        for i, name in enumerate(("query", "key", "value"))
+    }
+    attn["out"] = lin(tm.self_attn.out_proj)
+    norm = lambda n: {"scale": n.weight.detach().numpy(), "bias": n.bias.detach().numpy()}  # noqa: E731
+    return {
+        "self_attn": attn,
+        "linear1": lin(tm.linear1),
+        "linear2": lin(tm.linear2),
+        "norm1": norm(tm.norm1),
+        "norm2": norm(tm.norm2),
+    }
+
+
+def encoder_grads_to_torch_names(gp):
+    """jln param-tree gradients in torch's names and layouts."""
+    a = gp["self_attn"]
+    return {
+        "self_attn.in_proj_weight": np.concatenate([np.asarray(a[n]["kernel"]).T for n in ("query", "key", "value")]),
+        "self_attn.in_proj_bias": np.concatenate([np.asarray(a[n]["bias"]) for n in ("query", "key", "value")]),
+        "self_attn.out_proj.weight": np.asarray(a["out"]["kernel"]).T,
+        "self_attn.out_proj.bias": a["out"]["bias"],
+        "linear1.weight": np.asarray(gp["linear1"]["kernel"]).T,
+        "linear1.bias": gp["linear1"]["bias"],
+        "linear2.weight": np.asarray(gp["linear2"]["kernel"]).T,
+        "linear2.bias": gp["linear2"]["bias"],
+        "norm1.weight": gp["norm1"]["scale"],
+        "norm1.bias": gp["norm1"]["bias"],
+        "norm2.weight": gp["norm2"]["scale"],
+        "norm2.bias": gp["norm2"]["bias"],
+    }
+
+
+ENC_ERRORS: dict = {}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_matches_torch(norm_first, batch_first, activation, dtype, request):
+    if dtype == "float64":
+        request.getfixturevalue("x64")
+    torch.manual_seed(0)
+    r = rng(12)
+    d, h, f, b, s = 8, 2, 16, 2, 5
+    tm = torch.nn.TransformerEncoderLayer(
+        d, h, f, dropout=0.1, activation=activation, batch_first=batch_first, norm_first=norm_first,
+        dtype=getattr(torch, dtype),
+    )
+    randomize(tm, 0.4)
+    tm.eval()
+    shape = (b, s, d) if batch_first else (s, b, d)
+    src = r.normal(size=shape).astype(dtype)
+    mask = np.zeros((b, s), bool)
+    mask[1, -2:] = True  # example 1 has two padding tokens
+
+    class Wrap(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tm = tm
+
+        def forward(self, x):
+            return self.tm(x, src_key_padding_mask=torch.from_numpy(mask))
+
+    params = to_jnp(encoder_params_from_torch(tm))
+    kw = dict(dim_feedforward=f, activation=activation, norm_first=norm_first, batch_first=batch_first)
+    lm = L.TransformerEncoderLayer(d_model=d, nhead=h, param_dtype=dtype, **kw)
+    nm = N.TransformerEncoderLayer(d, h, param_dtype=dtype, rngs=nnx.Rngs(0), **kw)
+    nm.eval()
+    jmask = jnp.asarray(mask)
+    fns = [
+        lambda p, x: lm.apply({"params": p}, x, src_key_padding_mask=jmask),
+        lambda p, x: nnx_fn_kw(nm, src_key_padding_mask=jmask)(p, x),
+    ]
+    tol = F32_TOL if dtype == "float32" else F64_TOL
+    tgp, results = check_against_torch(Wrap(), fns, params, [src], tol, ENC_ERRORS, (dtype, norm_first))
+    for _, _, gp in results:
+        named = encoder_grads_to_torch_names(gp)
+        for name, g in tgp.items():
+            close(named[name.removeprefix("tm.")], g, tol)
+
+
+def nnx_fn_kw(model, **kw):
+    graphdef, _, rest = nnx.split(model, nnx.Param, ...)
+    return lambda p, *xs: nnx.merge(graphdef, nnx.State(p), rest)(*xs, **kw)
+
+
+def test_encoder_layer_dropout():
+    r = rng(13)
+    src = jnp.asarray(r.normal(size=(5, 2, 8)), jnp.float32)
+    m = L.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, dropout=0.3)
+    v = m.init(jax.random.key(0), src)
+    det = m.apply(v, src)
+    a = m.apply(v, src, deterministic=False, rngs={"dropout": jax.random.key(1)})
+    b = m.apply(v, src, deterministic=False, rngs={"dropout": jax.random.key(2)})
+    a2 = m.apply(v, src, deterministic=False, rngs={"dropout": jax.random.key(1)})
+    assert not np.allclose(a, det) and not np.allclose(a, b)
+    np.testing.assert_array_equal(a, a2)
+    with pytest.raises(Exception, match="dropout"):
+        m.apply(v, src, deterministic=False)  # training needs the "dropout" rng stream
+    m0 = L.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0)
+    np.testing.assert_array_equal(m0.apply(v, src, deterministic=False), det)
+
+    n = N.TransformerEncoderLayer(8, 2, 16, 0.3, rngs=nnx.Rngs(0))
+    nnx.update(n, nnx.State(v["params"]))
+    n.train()
+    t1, t2 = n(src), n(src)
+    assert not np.allclose(t1, t2)  # the dropout stream advances between calls
+    n.eval()
+    np.testing.assert_array_equal(n(src), det)
+    n0 = N.TransformerEncoderLayer(8, 2, 16, 0.0, rngs=nnx.Rngs(0))
+    nnx.update(n0, nnx.State(v["params"]))
+    n0.train()
+    np.testing.assert_array_equal(n0(src), det)
+    # dropout is inverted (scaled by 1/(1-p)): the training mean stays near eval's
+    mm = L.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, dropout=0.3, norm_first=True)
+    v2 = mm.init(jax.random.key(0), src)
+    outs = jnp.stack([
+        mm.apply(v2, src, deterministic=False, rngs={"dropout": jax.random.key(i)}) for i in range(40)
+    ])
+    assert float(jnp.abs(outs.mean(0) - mm.apply(v2, src)).mean()) < 0.25
+
+
+def test_encoder_layer_fully_masked_row_is_finite():
+    src = jnp.asarray(rng(14).normal(size=(2, 3, 8)), jnp.float32)
+    m = N.TransformerEncoderLayer(8, 2, 16, batch_first=True, rngs=nnx.Rngs(0))
+    m.eval()
+    y = m(src, src_key_padding_mask=jnp.ones((2, 3), bool))
+    assert bool(jnp.isfinite(y).all())
+
+
+def test_encoder_layer_errors():
+    with pytest.raises(ValueError, match="divisible"):
+        N.TransformerEncoderLayer(10, 3, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="activation"):
+        N.TransformerEncoderLayer(8, 2, activation="swish", rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="dropout"):
+        N.TransformerEncoderLayer(8, 2, dropout=1.0, rngs=nnx.Rngs(0))
+    with pytest.raises(TypeError, match="rngs"):
+        N.TransformerEncoderLayer(8, 2)
+    m = N.TransformerEncoderLayer(8, 2, 16, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=r"\[seq, batch, d_model\]"):
+        m(jnp.ones((5, 2, 6)))
+    with pytest.raises(ValueError, match="src_key_padding_mask"):
+        m(jnp.ones((5, 2, 8)), src_key_padding_mask=jnp.zeros((5, 2), bool))
+    with pytest.raises(TypeError, match="src_key_padding_mask"):
+        m(jnp.ones((5, 2, 8)), src_key_padding_mask=jnp.zeros((2, 5), jnp.int32))
+
+
+def test_encoder_layer_dtypes():
+    src32 = jnp.asarray(rng(15).normal(size=(5, 2, 8)), jnp.float32)
+    m = L.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, param_dtype=jnp.bfloat16)
+    v = m.init(jax.random.key(0), src32)
+    assert all(a.dtype == jnp.bfloat16 for a in jax.tree.leaves(v))
+    assert m.apply(v, src32).dtype == jnp.float32  # computes in the input dtype
+    assert m.apply(v, src32.astype(jnp.bfloat16)).dtype == jnp.bfloat16
+    mb = L.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, dtype=jnp.bfloat16)
+    vb = mb.init(jax.random.key(0), src32)
+    assert all(a.dtype == jnp.float32 for a in jax.tree.leaves(vb))
+    yb = mb.apply(vb, src32)
+    assert yb.dtype == jnp.bfloat16
+    # bf16 compute stays close to the float32 result on the same weights
+    y32 = m.clone(param_dtype=jnp.float32).apply(vb, src32)
+    assert float(jnp.abs(yb.astype(jnp.float32) - y32).max()) < 0.1
+
+
+# ------------------------------------------------------------------------ DiT block
+
+
+class TorchDiTBlock(torch.nn.Module):
+    """DiT's block (Peebles and Xie) written directly in torch for the comparison."""
+
+    def __init__(self, d, heads, mlp_ratio=4.0):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = torch.nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.norm2 = torch.nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.proj = torch.nn.Linear(d, d)
+        hidden = int(d * mlp_ratio)
+        self.fc1 = torch.nn.Linear(d, hidden)
+        self.fc2 = torch.nn.Linear(hidden, d)
+        self.ada = torch.nn.Linear(d, 6 * d)
+
+    def attn(self, x):
+        b, n, d = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        o = torch.nn.functional.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2])
+        return self.proj(o.transpose(1, 2).reshape(b, n, d))
+
+    def forward(self, x, c):
+        sh1, sc1, g1, sh2, sc2, g2 = self.ada(torch.nn.functional.silu(c)).chunk(6, dim=1)
+        h = self.norm1(x) * (1 + sc1[:, None]) + sh1[:, None]
+        x = x + g1[:, None] * self.attn(h)
+        h = self.norm2(x) * (1 + sc2[:, None]) + sh2[:, None]
+        m = self.fc2(torch.nn.functional.gelu(self.fc1(h), approximate="tanh"))
+        return x + g2[:, None] * m
+
+
+def dit_params_from_torch(tm):
+    d = tm.proj.in_features
+    w, b = tm.qkv.weight.detach().numpy(), tm.qkv.bias.detach().numpy()
+    attn = {n: {"kernel": w[i * d : (i + 1) * d].T.copy(), "bias": b[i * d : (i + 1) * d].copy()} for i, n in enumerate(("query", "key", "value"))}
+    attn["out"] = lin(tm.proj)
+    return {"adaLN_modulation": lin(tm.ada), "attn": attn, "mlp": {"fc1": lin(tm.fc1), "fc2": lin(tm.fc2)}}
+
+
+DIT_ERRORS: dict = {}
+
+
+def test_dit_block_matches_torch():
+    torch.manual_seed(1)
+    r = rng(16)
+    d, heads = 8, 2
+    tm = randomize(TorchDiTBlock(d, heads), 0.4)
+    x = r.normal(size=(2, 5, d)).astype("float32")
+    c = r.normal(size=(2, d)).astype("float32")
+    params = to_jnp(dit_params_from_torch(tm))
+    fns = [linen_fn(L.DiTBlock(hidden_size=d, num_heads=heads)), nnx_fn(N.DiTBlock(d, heads, rngs=nnx.Rngs(0)))]
+    tgp, results = check_against_torch(tm, fns, params, [x, c], F32_TOL, DIT_ERRORS, "dit")
+    for _, _, gp in results:
+        close(gp["adaLN_modulation"]["kernel"], tgp["ada.weight"].T, F32_TOL)
+        close(gp["mlp"]["fc1"]["kernel"], tgp["fc1.weight"].T, F32_TOL)
+        qkv = np.concatenate([np.asarray(gp["attn"][n]["kernel"]).T for n in ("query", "key", "value")])
+        close(qkv, tgp["qkv.weight"], F32_TOL)
+
+
+def test_dit_block_is_identity_at_init():
+    r = rng(17)
+    x = jnp.asarray(r.normal(size=(2, 5, 8)) * 3, jnp.float32)
+    c = jnp.asarray(r.normal(size=(2, 8)), jnp.float32)
+    m = L.DiTBlock(hidden_size=8, num_heads=2)
+    v = m.init(jax.random.key(0), x, c)
+    np.testing.assert_array_equal(m.apply(v, x, c), x)
+    np.testing.assert_array_equal(N.DiTBlock(8, 2, rngs=nnx.Rngs(3))(x, c), x)
+    # ...and only the adaLN Dense starts at zero: the attention and MLP are live
+    assert float(jnp.abs(v["params"]["attn"]["query"]["kernel"]).sum()) > 0
+    np.testing.assert_array_equal(v["params"]["adaLN_modulation"]["kernel"], np.zeros((8, 48)))
+    # the first step moves it: the gradient w.r.t. the adaLN kernel is nonzero
+    g = jax.grad(lambda p: jnp.sum(m.apply({"params": p}, x, c) ** 2))(v["params"])
+    assert float(jnp.abs(g["adaLN_modulation"]["kernel"]).sum()) > 0
+
+
+# ------------------------------------------------------------------------ linen == nnx, every module
+
+
+def module_pairs():
+    r = rng(18)
+    x3 = jnp.asarray(r.normal(size=(2, 5, 8)), jnp.float32)
+    c = jnp.asarray(r.normal(size=(2, 6)), jnp.float32)
+    c8 = jnp.asarray(r.normal(size=(2, 8)), jnp.float32)
+    k = nnx.Rngs(0)
+    return {
+        "LayerNorm": (L.LayerNorm(), N.LayerNorm(8), (x3,)),
+        "RMSNorm": (L.RMSNorm(convention="gemma"), N.RMSNorm(8, convention="gemma"), (x3,)),
+        "AdaptiveLayerNorm": (L.AdaptiveLayerNorm(features=8), N.AdaptiveLayerNorm(6, 8, rngs=k), (x3, c)),
+        "AdaLNZero": (L.AdaLNZero(features=8), N.AdaLNZero(8, 8), (x3, c8)),
+        "AdaLNContinuous": (L.AdaLNContinuous(features=8, norm_type="rms_norm"), N.AdaLNContinuous(6, 8, norm_type="rms_norm", rngs=k), (x3, c)),
+        "TransformerEncoderLayer": (
+            L.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, norm_first=True),
+            N.TransformerEncoderLayer(8, 2, 16, norm_first=True, rngs=k),
+            (x3,),
+        ),
+        "DiTBlock": (L.DiTBlock(hidden_size=8, num_heads=2), N.DiTBlock(8, 2, rngs=k), (x3, c8)),
+    }
+
+
+@pytest.mark.parametrize("name", list(module_pairs()))
+def test_linen_equals_nnx(name):
+    lm, nm, inputs = module_pairs()[name]
+    if isinstance(nm, N.TransformerEncoderLayer):
+        nm.eval()
+    params = lm.init(jax.random.key(0), *inputs)["params"]
+    # same tree (names, shapes, dtypes) from both front-ends
+    spec = lambda tree: jax.tree.map(lambda a: (a.shape, a.dtype), tree)  # noqa: E731
+    assert spec(params) == spec(nnx.state(nm, nnx.Param).to_pure_dict())
+    # random values everywhere (zero-initialised Dense layers too)
+    leaves, tdef = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(1), len(leaves))
+    params = jax.tree.unflatten(tdef, [0.3 * jax.random.normal(k_, a.shape, a.dtype) for k_, a in zip(keys, leaves, strict=True)])
+    out_l = linen_fn(lm)(params, *inputs)
+    out_n = nnx_fn(nm)(params, *inputs)
+    tree_close(out_l, out_n, dict(rtol=0, atol=0))
+    gs = [jnp.ones_like(o) for o in (out_l if isinstance(out_l, tuple) else (out_l,))]
+    gl = jax.grad(outputs_loss_fn(linen_fn(lm), gs), argnums=(0, 1))(params, *inputs)
+    gn = jax.grad(outputs_loss_fn(nnx_fn(nm), gs), argnums=(0, 1))(params, *inputs)
+    tree_close(gl, gn, dict(rtol=0, atol=0))
+
+
+# ------------------------------------------------------------------------ monitor in blocks, transforms
+
+
+def test_encoder_layer_monitor():
+    r = rng(19)
+    src = jnp.asarray(r.normal(size=(5, 2, 8)) * 2 + 1, jnp.float32)
+    m = L.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, norm_first=True, monitor=True)
+    v = m.init(jax.random.key(0), src)
+    _, st = m.apply({"params": v["params"]}, src, mutable=["intermediates"])
+    (stats,) = st["intermediates"]["stats"]
+    assert set(stats) == {"norm1", "norm2"}
+    import jln
+
+    p = v["params"]["norm1"]
+    xb = jnp.swapaxes(src, 0, 1)  # rows are [batch, seq] inside the layer
+    check_stats(stats["norm1"], xb, jln.layer_norm(xb, p["scale"], p["bias"]), (2,))
+    n = N.TransformerEncoderLayer(8, 2, 16, norm_first=True, monitor=True, rngs=nnx.Rngs(0))
+    n.eval()
+    nnx.update(n, nnx.State(v["params"]))
+    _, inter = nnx.capture(n, nnx.Intermediate)(src)
+    tree_close(inter["stats"][0], stats, dict(rtol=0, atol=0))
+
+
+def test_jit_grad_and_scan_over_layers():
+    """jax.jit and jax.grad through both front-ends; lax.scan over a stack of linen layers."""
+    r = rng(20)
+    x = jnp.asarray(r.normal(size=(2, 5, 8)), jnp.float32)
+    m = L.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, norm_first=True, batch_first=True)
+    layers = [m.init(jax.random.key(i), x)["params"] for i in range(3)]
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *layers)
+
+    def run_scan(p, x):
+        return jax.lax.scan(lambda h, lp: (m.apply({"params": lp}, h), None), x, p)[0]
+
+    def run_loop(p, x):
+        for lp in layers_of(p):
+            x = m.apply({"params": lp}, x)
+        return x
+
+    def layers_of(p):
+        return [jax.tree.map(lambda a, i=i: a[i], p) for i in range(3)]
+
+    y_scan = jax.jit(run_scan)(stacked, x)
+    close(y_scan, run_loop(stacked, x), dict(rtol=1e-6, atol=1e-6))
+    g_scan = jax.jit(jax.grad(lambda p, x: jnp.sum(run_scan(p, x) ** 2)))(stacked, x)
+    g_loop = jax.grad(lambda p, x: jnp.sum(run_loop(p, x) ** 2))(stacked, x)
+    tree_close(g_scan, g_loop, dict(rtol=1e-5, atol=1e-6))
+
+    # nnx: nnx.jit + nnx.grad on a model (with the monitor's sow inside jit off)
+    n = N.DiTBlock(8, 2, rngs=nnx.Rngs(0))
+    c = jnp.asarray(r.normal(size=(2, 8)), jnp.float32)
+    grads = nnx.jit(nnx.grad(lambda mod: jnp.sum(mod(x, c) ** 2)))(n)
+    assert float(jnp.abs(grads["adaLN_modulation"]["kernel"][...]).sum()) > 0
+    close(nnx.jit(lambda mod, x, c: mod(x, c))(n, x, c), x, dict(rtol=0, atol=0))
