@@ -1,0 +1,636 @@
+"""Benchmark machinery shared by ``jln bench`` and the suites in ``bench/``.
+
+Norms are memory-bound, so every timing is also reported as effective bandwidth and as a
+percentage of an elementwise copy of the same bytes measured in the same run (the floor).
+
+* Bytes moved (the minimum any implementation must move, :func:`bytes_moved`): forward reads
+  x and writes y, ``2·M·N·b``; forward+backward reads x and dy and writes dx, ``3·M·N·b``; the
+  fused residual add doubles both (it also reads the residual and writes the sum). Per-feature
+  parameters and per-row statistics are ignored (``O(N + M)``).
+* Timing (:func:`time_calls`): warm-up, then the median of ``reps`` samples; a sample runs
+  ``inner`` back-to-back calls rotating over several input buffers (so the working set exceeds
+  the last-level cache) and blocks once, at its end. Compilation is timed separately.
+* Saved residuals (:func:`residual_bytes_per_elem`): the arrays ``jax.vjp`` keeps for the
+  backward pass, from the leaves of its ``vjp`` function (shapes only, nothing runs); arrays
+  with fewer than N elements (per-row statistics, small parameters) are left out, as they
+  are O(1/N) per element anyway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import platform
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jln import _bench_impls as impls
+
+DIRECTIONS = ("fwd", "fwd+bwd")
+DTYPES = ("float32", "bfloat16")
+DEFAULT_WIDTHS = (256, 1024, 4096, 16384)
+
+
+# --------------------------------------------------------------------------------------------
+# Byte counting and residuals
+# --------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def standard_promotion() -> Iterator[None]:
+    """JAX's default promotion rules, whatever the caller (e.g. a strict test session) set.
+
+    Baselines are third-party code, measured as their users run them; flax's LayerNorm, for
+    one, does not trace under ``jax_numpy_dtype_promotion="strict"`` with bfloat16 input.
+    """
+    with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):
+        yield
+
+
+def bytes_moved(op: str, rows: int, width: int, itemsize: int, direction: str) -> int:
+    """Minimum bytes ``op`` must move over an ``[rows, width]`` input of ``itemsize`` bytes.
+
+    ``fwd``: 2·M·N·b (read x, write y); ``fwd+bwd``: 3·M·N·b (read x and dy, write dx); the
+    fused residual ops (and the ``copy`` floor's fwd, which is 2·M·N·b) as described in the
+    module docstring.
+    """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}; received {direction!r}")
+    per = 2 if direction == "fwd" else 3
+    if op in impls.FUSED_ADD:
+        per *= 2
+    return per * rows * width * itemsize
+
+
+def residual_bytes_per_elem(f: Callable[..., Any], *args: Any) -> float:
+    """Bytes per element of ``args[0]["x"]`` that reverse mode keeps between ``f``'s passes.
+
+    Sums the sizes of the leaves of ``jax.vjp(f, *args)[1]`` (the residuals, including any
+    input it keeps) that have at least N elements (N = the last axis of x), divided by x's
+    size. Evaluated abstractly with ``jax.eval_shape``: no computation runs.
+    """
+    x = args[0]["x"]
+    width, size = x.shape[-1], math.prod(x.shape)
+    with standard_promotion():
+        res = jax.eval_shape(lambda *a: jax.vjp(f, *a)[1], *args)
+    total = 0
+    for leaf in jax.tree_util.tree_leaves(res):
+        n = math.prod(leaf.shape)
+        if n >= width:
+            total += n * jnp.dtype(leaf.dtype).itemsize
+    return total / size
+
+
+def torch_residual_bytes_per_elem(tf: Callable[..., Any], p: dict[str, Any]) -> float:
+    """Same measure for a torch function: tensors autograd saves (seen by saved-tensor hooks)."""
+    import torch
+
+    x = p["x"]
+    width, seen, total = x.shape[-1], set(), 0
+
+    def pack(t: Any) -> Any:
+        nonlocal total
+        key = (t.data_ptr(), t.numel(), t.dtype)
+        if t.numel() >= width and key not in seen:
+            seen.add(key)
+            total += t.numel() * t.element_size()
+        return t
+
+    leaves = {k: v.detach().requires_grad_() for k, v in p.items()}
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        tf(leaves)
+    return total / x.numel()
+
+
+# --------------------------------------------------------------------------------------------
+# Timing
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Timing:
+    median_s: float
+    min_s: float
+    samples: int
+    inner: int
+
+
+def time_calls(
+    call: Callable[[int], Any],
+    n_buffers: int,
+    sync: Callable[[Any], Any],
+    *,
+    reps: int,
+    warmup: int,
+    min_sample_s: float,
+) -> Timing:
+    """Median seconds per call of ``call(i)`` (``i`` picks one of ``n_buffers`` input sets).
+
+    Each sample issues ``inner`` calls back to back, rotating the buffers, and synchronises
+    once at its end (``sync`` on the list of outputs); ``inner`` is chosen so a sample lasts at
+    least ``min_sample_s``, which hides dispatch overhead for fast kernels.
+    """
+    for i in range(max(warmup, 1)):
+        sync(call(i % n_buffers))
+    t0 = time.perf_counter()
+    sync(call(0))
+    est = max(time.perf_counter() - t0, 1e-7)
+    inner = int(min(64, max(1, math.ceil(min_sample_s / est))))
+    samples = []
+    k = 1
+    for _ in range(max(reps, 1)):
+        t0 = time.perf_counter()
+        outs = [call((k + j) % n_buffers) for j in range(inner)]
+        sync(outs)
+        samples.append((time.perf_counter() - t0) / inner)
+        k += inner
+        del outs
+    return Timing(float(np.median(samples)), float(np.min(samples)), len(samples), inner)
+
+
+# --------------------------------------------------------------------------------------------
+# Device, versions, data
+# --------------------------------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def last_level_cache_bytes() -> int:
+    """The largest cache of the default device (CPU: from sysfs; accelerators: 64 MiB)."""
+    if jax.default_backend() != "cpu":
+        return 64 << 20
+    best = 32 << 20
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in os.listdir(base):
+            with open(os.path.join(base, entry, "size")) as f:
+                text = f.read().strip().upper()
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            best = max(best, int(text.rstrip("KMG")) * mult)
+    except (OSError, ValueError):
+        pass
+    return best
+
+
+def device_info(torch_device: str | None) -> dict[str, Any]:
+    dev = jax.devices()[0]
+    info: dict[str, Any] = {
+        "platform": dev.platform,
+        "kind": getattr(dev, "device_kind", str(dev)),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "torch_device": torch_device,
+    }
+    info["name"] = info["cpu"] if dev.platform == "cpu" else info["kind"]
+    return info
+
+
+def versions() -> dict[str, str | None]:
+    import importlib.metadata as md
+
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in ("jln", "jax", "jaxlib", "flax", "numpy", "torch", "tokamax", "triton"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def make_data(rows: int, width: int, dtype: Any, n_buffers: int, seed: int = 0) -> dict[str, Any]:
+    """Random inputs on the default device: ``n_buffers`` sets of the large arrays, shared params.
+
+    Returns ``{"sets": [{"x", "residual", "dy", "ds"}...], "scale", "bias", "emb"}``; x is
+    N(0.5, 1) (a nonzero mean exercises the mean subtraction), params near 1 and 0.
+    """
+    dtype = jnp.dtype(dtype)
+    key = jax.random.key(seed)
+    sets = []
+    for i in range(n_buffers):
+        ks = jax.random.split(jax.random.fold_in(key, i), 4)
+        s = {name: jax.random.normal(k, (rows, width), jnp.float32).astype(dtype)
+             for name, k in zip(("x", "residual", "dy", "ds"), ks, strict=True)}
+        s["x"] = (s["x"] + jnp.asarray(0.5, dtype)).astype(dtype)
+        sets.append(s)
+    kp = jax.random.split(jax.random.fold_in(key, 10_000), 3)
+    batch = impls.adaptive_batch(rows)
+    data = {
+        "sets": sets,
+        "scale": (1 + 0.1 * jax.random.normal(kp[0], (width,), jnp.float32)).astype(dtype),
+        "bias": (0.1 * jax.random.normal(kp[1], (width,), jnp.float32)).astype(dtype),
+        "emb": (0.1 * jax.random.normal(kp[2], (batch, 2 * width), jnp.float32)).astype(dtype),
+    }
+    jax.block_until_ready(data)
+    return data
+
+
+def op_inputs(op: str, data: dict[str, Any], i: int) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """``(p, (dy, ds))`` for buffer set ``i``: the op's named inputs and its raw cotangents."""
+    s = data["sets"][i]
+    p = {}
+    for name in impls.array_names(op):
+        p[name] = s[name] if name in s else data[name]
+    if op == "adaptive_layer_norm":
+        rows, width = s["x"].shape
+        b = impls.adaptive_batch(rows)
+        p["x"] = s["x"].reshape(b, rows // b, width)
+        return p, (s["dy"].reshape(b, rows // b, width),)
+    return p, (s["dy"], s["ds"])
+
+
+# --------------------------------------------------------------------------------------------
+# Running cases
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Config:
+    """What to run. ``rows=None`` picks ``elements // width`` rows per width."""
+
+    ops: Sequence[str] = impls.OPS
+    impls: Sequence[str] = impls.IMPLS
+    dtypes: Sequence[str] = DTYPES
+    widths: Sequence[int] = DEFAULT_WIDTHS
+    rows: int | None = None
+    elements: int = 1 << 22
+    directions: Sequence[str] = DIRECTIONS
+    reps: int = 15
+    warmup: int = 2
+    min_sample_s: float = 2e-3
+    max_buffers: int = 8
+    budget_s: float | None = None
+    compile_budget_s: float = 120.0
+    torch_threads: int | None = None
+    seed: int = 0
+
+    def rows_for(self, width: int) -> int:
+        return self.rows if self.rows is not None else max(1, self.elements // width)
+
+
+def _case_key(impl: str, op: str, rows: int, width: int, dtype: str, direction: str) -> dict[str, Any]:
+    return {"impl": impl, "op": op, "shape": [rows, width], "dtype": dtype, "direction": direction}
+
+
+class _Runner:
+    def __init__(self, cfg: Config, progress: Callable[[str], None] | None):
+        self.cfg = cfg
+        self.progress = progress or (lambda label: None)
+        self.start = time.perf_counter()
+        self.compile_spent = 0.0
+        self.results: list[dict[str, Any]] = []
+        self.skipped: list[dict[str, Any]] = []
+        self.torch_device = self._torch_device() if any(i in impls.TORCH_IMPLS for i in cfg.impls) else None
+
+    @staticmethod
+    def _torch_device() -> str | None:
+        try:
+            import torch
+        except ImportError:
+            return None
+        if jax.default_backend() == "gpu" and torch.cuda.is_available():
+            return "cuda"
+        return "cpu"
+
+    def timing(self, call: Callable[[int], Any], n: int, sync: Callable[[Any], Any]) -> Timing:
+        c = self.cfg
+        return time_calls(call, n, sync, reps=c.reps, warmup=c.warmup, min_sample_s=c.min_sample_s)
+
+    def over_budget(self) -> str | None:
+        b = self.cfg.budget_s
+        if b is not None and time.perf_counter() - self.start > b:
+            return f"time budget of {b:g} s spent before this case"
+        return None
+
+    # -- JAX -----------------------------------------------------------------------------
+
+    def jax_case(self, f: Callable[..., Any], op: str, direction: str, data: dict[str, Any]) -> dict[str, Any]:
+        n = len(data["sets"])
+        inputs = [op_inputs(op, data, i) for i in range(n)]
+        if direction == "fwd":
+            fn: Callable[..., Any] = f
+            args = [(p,) for p, _ in inputs]
+        else:
+            outs = jax.eval_shape(f, inputs[0][0])
+            args = [(p, tuple(c.astype(o.dtype) for o, c in zip(outs, cots, strict=False)))
+                    for p, cots in inputs]
+            args = [(p, jax.block_until_ready(cot)) for p, cot in args]
+
+            def fn(p: dict[str, Any], cot: tuple[Any, ...]) -> Any:
+                return jax.vjp(f, p)[1](cot)[0]
+
+        t0 = time.perf_counter()
+        compiled = jax.jit(fn).lower(*args[0]).compile()
+        compile_s = time.perf_counter() - t0
+        tm = self.timing(lambda i: compiled(*args[i]), n, jax.block_until_ready)
+        res = residual_bytes_per_elem(f, inputs[0][0])
+        return {"median_s": tm.median_s, "compile_s": compile_s, "residual": res, "timing": tm}
+
+    # -- torch ---------------------------------------------------------------------------
+
+    def torch_case(self, op: str, compile_: bool, direction: str, data: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        tf = impls.torch_op(op)
+        if self.cfg.torch_threads:
+            torch.set_num_threads(self.cfg.torch_threads)
+        dev = self.torch_device
+        n = len(data["sets"])
+
+        def to_t(a: Any) -> Any:
+            try:
+                t = torch.from_dlpack(a)
+            except Exception:  # noqa: BLE001 - any dlpack failure falls back to a host copy
+                t = torch.from_numpy(np.asarray(a, np.float32)).to(getattr(torch, str(a.dtype)))
+            return t.to(dev)
+
+        inputs = []
+        for i in range(n):
+            p, cots = op_inputs(op, data, i)
+            inputs.append(({k: to_t(v) for k, v in p.items()}, tuple(to_t(c) for c in cots)))
+        sync = (lambda _: torch.cuda.synchronize()) if dev == "cuda" else (lambda _: None)
+        res = torch_residual_bytes_per_elem(tf, inputs[0][0])
+        run_fn = tf
+        compile_s = None
+        if compile_:
+            if self.compile_spent > self.cfg.compile_budget_s:
+                raise impls.Skip(f"torch.compile budget of {self.cfg.compile_budget_s:g} s spent")
+            torch._dynamo.reset()  # a fresh cache per case: no recompile limit, no stale guards
+            run_fn = torch.compile(tf, dynamic=False)
+
+        if direction == "fwd":
+
+            def call(i: int) -> Any:
+                with torch.no_grad():
+                    return run_fn(inputs[i][0])
+        else:
+
+            def call(i: int) -> Any:
+                p, cots = inputs[i]
+                leaves = {k: v.detach().requires_grad_() for k, v in p.items()}
+                outs = run_fn(leaves)
+                return torch.autograd.grad(outs, list(leaves.values()), cots[: len(outs)])
+
+        if compile_:
+            t0 = time.perf_counter()
+            try:
+                sync(call(0))
+            finally:
+                compile_s = time.perf_counter() - t0
+                self.compile_spent += compile_s
+        tm = self.timing(call, n, sync)
+        return {"median_s": tm.median_s, "compile_s": compile_s, "residual": res, "timing": tm}
+
+    # -- the sweep -----------------------------------------------------------------------
+
+    def run(self) -> None:
+        c = self.cfg
+        for dtype in c.dtypes:
+            itemsize = jnp.dtype(dtype).itemsize
+            for width in c.widths:
+                rows = c.rows_for(width)
+                set_bytes = 4 * rows * width * itemsize  # x, residual, dy, ds
+                flush = 4 * last_level_cache_bytes()
+                n = int(min(c.max_buffers, max(2, math.ceil(flush / set_bytes))))
+                data = make_data(rows, width, dtype, n, c.seed)
+                copy_gbps = self.copy_case(rows, width, dtype, data)
+                for op in c.ops:
+                    for impl in c.impls:
+                        for direction in c.directions:
+                            self.one(impl, op, rows, width, dtype, direction, data, copy_gbps, itemsize)
+                del data
+
+    def copy_case(self, rows: int, width: int, dtype: str, data: dict[str, Any]) -> float | None:
+        self.progress(f"copy {rows}x{width} {dtype}")
+        key = _case_key("copy", "copy", rows, width, dtype, "fwd")
+        xs = [s["x"] for s in data["sets"]]
+        compiled = jax.jit(lambda x: -x).lower(xs[0]).compile()
+        tm = self.timing(lambda i: compiled(xs[i]), len(xs), jax.block_until_ready)
+        nbytes = 2 * rows * width * jnp.dtype(dtype).itemsize
+        gbps = nbytes / tm.median_s / 1e9
+        self.results.append({**key, "median_us": tm.median_s * 1e6, "min_us": tm.min_s * 1e6,
+                             "gbps": gbps, "pct_of_copy": 100.0,
+                             "compile_s": None, "residual_bytes_per_elem": None, "bytes": nbytes,
+                             "floor_us": tm.median_s * 1e6, "n_buffers": len(xs), "inner": tm.inner,
+                             "reps": tm.samples})
+        return gbps
+
+    def one(self, impl: str, op: str, rows: int, width: int, dtype: str, direction: str,
+            data: dict[str, Any], copy_gbps: float | None, itemsize: int) -> None:
+        key = _case_key(impl, op, rows, width, dtype, direction)
+        self.progress(f"{op} {impl} {rows}x{width} {dtype} {direction}")
+        reason = self.over_budget()
+        out = None
+        if reason is None:
+            try:
+                if impl in impls.TORCH_IMPLS:
+                    out = self.torch_case(op, impl == "torch-compile", direction, data)
+                else:
+                    out = self.jax_case(impls.jax_op(impl, op), op, direction, data)
+            except impls.Skip as e:
+                reason = str(e)
+            except ValueError as e:  # e.g. impl="pallas" refusing this case
+                reason = f"ValueError: {e}"
+            except Exception as e:  # noqa: BLE001 - a benchmark records a failure, it does not stop
+                reason = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+        if out is None:
+            self.skipped.append({**key, "reason": reason})
+            return
+        nbytes = bytes_moved(op, rows, width, itemsize, direction)
+        gbps = nbytes / out["median_s"] / 1e9
+        tm: Timing = out["timing"]
+        self.results.append({
+            **key,
+            "median_us": out["median_s"] * 1e6,
+            "min_us": tm.min_s * 1e6,
+            "gbps": gbps,
+            "pct_of_copy": None if not copy_gbps else 100.0 * gbps / copy_gbps,
+            "compile_s": out["compile_s"],
+            "residual_bytes_per_elem": out["residual"],
+            "bytes": nbytes,
+            "floor_us": None if not copy_gbps else nbytes / (copy_gbps * 1e9) * 1e6,
+            "n_buffers": len(data["sets"]),
+            "inner": tm.inner,
+            "reps": tm.samples,
+        })
+
+
+def count_cases(cfg: Config) -> int:
+    """Number of progress steps :func:`run` reports (one copy per width and dtype, plus cases)."""
+    per = 1 + len(cfg.ops) * len(cfg.impls) * len(cfg.directions)
+    return len(cfg.dtypes) * len(cfg.widths) * per
+
+
+def run(cfg: Config, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the sweep ``cfg`` describes; return the report (``device``, ``versions``, ``results``...)."""
+    runner = _Runner(cfg, progress)
+    t0 = time.perf_counter()
+    with standard_promotion():
+        runner.run()
+    return {
+        "device": device_info(runner.torch_device),
+        "versions": versions(),
+        "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(cfg).items()},
+        "wall_s": time.perf_counter() - t0,
+        "results": runner.results,
+        "skipped": runner.skipped,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Reports
+# --------------------------------------------------------------------------------------------
+
+
+def _index(results: Sequence[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    return {(r["impl"], r["op"], tuple(r["shape"]), r["dtype"], r["direction"]): r for r in results}
+
+
+def ratios(report: dict[str, Any], impl: str = "jln-xla") -> Iterator[dict[str, Any]]:
+    """Per (op, dtype, direction): geometric means over widths of ``impl``'s time / others'."""
+    idx = _index(report["results"])
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in report["results"]:
+        if r["impl"] == impl:
+            groups.setdefault((r["op"], r["dtype"], r["direction"]), []).append(r)
+    for (op, dtype, direction), rs in groups.items():
+        row: dict[str, Any] = {"op": op, "dtype": dtype, "direction": direction,
+                               "pct_of_copy": _gmean([r["pct_of_copy"] for r in rs]),
+                               "residual": rs[0]["residual_bytes_per_elem"]}
+        for other in impls.IMPLS:
+            if other == impl:
+                continue
+            vals, res = [], None
+            for r in rs:
+                o = idx.get((other, op, tuple(r["shape"]), dtype, direction))
+                if o is not None:
+                    vals.append(r["median_us"] / o["median_us"])
+                    res = o["residual_bytes_per_elem"]
+            if vals:
+                row[other] = _gmean(vals)
+                row[f"{other}_residual"] = res
+        yield row
+
+
+def _gmean(vals: Sequence[float | None]) -> float | None:
+    v = [x for x in vals if x]
+    return float(np.exp(np.mean(np.log(v)))) if v else None
+
+
+def _fmt(v: float | None, spec: str = ".2f") -> str:
+    return "–" if v is None else format(v, spec)
+
+
+def markdown(report: dict[str, Any], *, title: str = "jln bench", command: str | None = None) -> str:
+    """A short markdown summary: device, versions, ratio table, per-width layer_norm detail."""
+    d, v = report["device"], report["versions"]
+    dev = d["name"] if d["platform"] == "cpu" else f"{d['kind']} (host CPU: {d['cpu']})"
+    lines = [
+        f"# {title}",
+        "",
+        f"Device: **{dev}**, {d['cores']} cores, JAX platform `{d['platform']}`, torch device "
+        f"`{d['torch_device']}`. Versions: jax {v.get('jax')}, jaxlib {v.get('jaxlib')}, flax "
+        f"{v.get('flax')}, torch {v.get('torch')}, tokamax {v.get('tokamax')}, jln {v.get('jln')}.",
+    ]
+    if command:
+        lines += ["", f"Command: `{command}`"]
+    lines += [
+        "",
+        "Ratios are **jln time ÷ other time** (geometric mean over widths; below 1 means jln is "
+        "faster). *% copy* is jln's effective bandwidth as a share of an elementwise copy of the "
+        "same bytes in the same run (100% = at the memory floor). *B/elem* is what reverse mode "
+        "saves for the backward pass per input element, jln / flax.",
+        "",
+        "| op | dtype | dir | vs flax | vs flax 2-pass | vs jnp | vs tokamax | vs torch | vs torch.compile | jln % copy | B/elem jln / flax |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in ratios(report):
+        res = f"{_fmt(r['residual'], '.1f')} / {_fmt(r.get('flax_residual'), '.1f')}"
+        lines.append(
+            f"| {r['op']} | {r['dtype']} | {r['direction']} | {_fmt(r.get('flax'))} | "
+            f"{_fmt(r.get('flax-2pass'))} | {_fmt(r.get('jnp'))} | {_fmt(r.get('tokamax'))} | "
+            f"{_fmt(r.get('torch'))} | {_fmt(r.get('torch-compile'))} | {_fmt(r['pct_of_copy'], '.0f')} | {res} |"
+        )
+    idx = _index(report["results"])
+    detail = sorted({(tuple(r["shape"]), r["dtype"]) for r in report["results"] if r["op"] == "layer_norm"},
+                    key=lambda t: (t[1], t[0][1]))
+    if detail:
+        shown = [i for i in impls.IMPLS if any(r["impl"] == i and r["op"] == "layer_norm" for r in report["results"])]
+        lines += ["", "layer_norm, median µs (GB/s):", "",
+                  "| shape | dtype | dir | copy | " + " | ".join(shown) + " |",
+                  "|---|---|---|---|" + "---|" * len(shown)]
+        for shape, dtype in detail:
+            for direction in DIRECTIONS:
+                cp = idx.get(("copy", "copy", shape, dtype, "fwd"))
+                cells = []
+                for i in shown:
+                    r = idx.get((i, "layer_norm", shape, dtype, direction))
+                    cells.append("–" if r is None else f"{r['median_us']:.0f} ({r['gbps']:.1f})")
+                copy_cell = "–" if cp is None else f"{cp['median_us']:.0f} ({cp['gbps']:.1f})"
+                lines.append(f"| {shape[0]}×{shape[1]} | {dtype} | {direction} | {copy_cell} | " + " | ".join(cells) + " |")
+    if report.get("skipped"):
+        reasons: dict[str, set[str]] = {}
+        for s in report["skipped"]:
+            reasons.setdefault(s["reason"], set()).add(s["impl"])
+        lines += ["", "Skipped:", ""]
+        lines += [f"- {', '.join(sorted(v))}: {k}" for k, v in sorted(reasons.items())]
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict[str, Any], path: str) -> None:
+    """GB/s against width, one line per impl, the copy floor dashed; fwd and fwd+bwd panels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    res = report["results"]
+    combos = [(op, dt) for op in impls.OPS for dt in DTYPES
+              if any(r["op"] == op and r["dtype"] == dt for r in res)]
+    if not combos:
+        combos = [("layer_norm", "float32")]
+    fig, axes = plt.subplots(len(combos), 2, figsize=(11, 3.2 * len(combos)), squeeze=False)
+    colors = {impl: f"C{i}" for i, impl in enumerate(impls.IMPLS)}
+    for row, (op, dt) in enumerate(combos):
+        copy = sorted((r["shape"][1], r["gbps"]) for r in res if r["impl"] == "copy" and r["dtype"] == dt)
+        for col, direction in enumerate(DIRECTIONS):
+            ax = axes[row][col]
+            for impl in impls.IMPLS:
+                pts = sorted((r["shape"][1], r["gbps"]) for r in res
+                             if r["impl"] == impl and r["op"] == op and r["dtype"] == dt and r["direction"] == direction)
+                if pts:
+                    ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=impl, color=colors[impl])
+            if copy:
+                ax.plot(*zip(*copy, strict=True), "k--", label="copy (floor)")
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{op} {dt} {direction}", fontsize=9)
+            ax.set_xlabel("width N")
+            ax.set_ylabel("GB/s")
+            ax.grid(alpha=0.3)
+            ax.set_ylim(bottom=0)
+    handles, labels = {}, []
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in handles:
+                handles[lab] = h
+                labels.append(lab)
+    fig.legend([handles[lab] for lab in labels], labels, loc="upper center", ncol=min(len(labels), 5), fontsize=8)
+    fig.suptitle(f"jln bench on {report['device']['name']}", y=1.0, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / len(combos) / 3.2 * 1.2))
+    fig.savefig(path, dpi=90, bbox_inches="tight")
+    plt.close(fig)

@@ -1,0 +1,183 @@
+"""``jln bench``: jit-benchmark jln's norms against flax, jnp, tokamax, torch and the copy floor.
+
+The machinery (data, timing, byte counts, residual sizes, the report) lives in
+``jln._bench``; the implementations compared live in ``jln._bench_impls``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from jln import _bench, _bench_impls
+
+#: ``--quick``: a CPU-friendly subset (well under 2 minutes on 2 cores).
+QUICK = dict(
+    ops=("layer_norm", "rms_norm", "add_layer_norm"),
+    impls=("jln-xla", "jln-pallas", "flax", "flax-2pass", "jnp", "tokamax", "torch"),
+    widths=(1024, 4096),
+    elements=1 << 19,
+    reps=7,
+    warmup=1,
+    min_sample_s=1e-3,
+    max_buffers=4,
+)
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would sys.exit(2); main returns 2 instead
+        raise UsageError(message)
+
+
+def _choices(kind: str, allowed: Sequence[str]) -> Any:
+    def parse(text: str) -> tuple[str, ...]:
+        items = tuple(t.strip() for t in text.split(",") if t.strip())
+        if items == ("all",):
+            return tuple(allowed)
+        bad = [t for t in items if t not in allowed]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(
+                f"unknown {kind} {bad or text!r}; expected a comma-separated list from {list(allowed)} (or 'all')"
+            )
+        return items
+
+    return parse
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, e.g. 256,4096; received {text!r}") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers; received {text!r}")
+    return vals
+
+
+def _positive_int(text: str) -> int:
+    return _ints(text)[0] if "," not in text else _bad_int(text)
+
+
+def _bad_int(text: str) -> int:
+    raise argparse.ArgumentTypeError(f"expected one positive integer; received {text!r}")
+
+
+def _parser() -> _Parser:
+    p = _Parser(
+        prog="jln bench",
+        description=(
+            "Jit-benchmark jln's norms (impl xla and pallas) against flax.linen (default and "
+            "two-pass variance), a plain jnp version, tokamax, torch eager and torch.compile, and "
+            "an elementwise copy of the same bytes (the memory floor). Reports median time, "
+            "effective GB/s, %% of copy bandwidth, compile time and the bytes per element reverse "
+            "mode saves for the backward pass."
+        ),
+    )
+    p.add_argument("--quick", action="store_true", help="a CPU-friendly subset (< 2 minutes on 2 cores)")
+    p.add_argument("--ops", type=_choices("op", _bench_impls.OPS), help=f"comma list from {','.join(_bench_impls.OPS)}")
+    p.add_argument("--impls", type=_choices("impl", _bench_impls.IMPLS), help=f"comma list from {','.join(_bench_impls.IMPLS)}")
+    p.add_argument("--dtypes", type=_choices("dtype", _bench.DTYPES), help="comma list from float32,bfloat16")
+    p.add_argument("--directions", type=_choices("direction", _bench.DIRECTIONS), help="fwd, fwd+bwd or both")
+    p.add_argument("--widths", type=_ints, help="comma list of row widths N (default 256,1024,4096,16384)")
+    p.add_argument("--rows", type=_positive_int, help="rows M for every width (default: about 4M elements / width)")
+    p.add_argument("--elements", type=_positive_int, help="M·N per buffer when --rows is not given")
+    p.add_argument("--reps", type=_positive_int, help="timed samples per case (median reported)")
+    p.add_argument("--warmup", type=_positive_int, help="untimed warm-up calls per case")
+    p.add_argument("--budget-s", type=float, help="stop timing new cases after this many seconds (they are recorded as skipped)")
+    p.add_argument("--compile-budget-s", type=float, help="total seconds torch.compile may spend (default 120)")
+    p.add_argument("--torch-threads", type=_positive_int, help="torch.set_num_threads for the torch cases")
+    p.add_argument("--json", metavar="PATH", help="write the full report as JSON")
+    p.add_argument("--plot", metavar="PNG", help="plot GB/s against width per impl (matplotlib)")
+    p.add_argument("--md", metavar="PATH", help="write a markdown summary table")
+    p.add_argument("--title", default="jln bench", help="heading of the markdown summary")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+class Progress:
+    """A one-line progress bar on stderr (a line per 10% when stderr is not a terminal)."""
+
+    def __init__(self, total: int, stream: Any = None, width: int = 24):
+        self.total, self.n, self.width = max(total, 1), 0, width
+        self.stream = stream or sys.stderr
+        self.tty = getattr(self.stream, "isatty", lambda: False)()
+        self.start = time.perf_counter()
+        self.last_decile = -1
+
+    def __call__(self, label: str) -> None:
+        self.n += 1
+        frac = min(self.n / self.total, 1.0)
+        elapsed = time.perf_counter() - self.start
+        bar = "#" * int(frac * self.width) + "." * (self.width - int(frac * self.width))
+        text = f"[{bar}] {self.n}/{self.total} {elapsed:5.0f}s {label}"
+        if self.tty:
+            self.stream.write("\r\x1b[K" + text[:120])
+            self.stream.flush()
+        elif int(frac * 10) > self.last_decile:
+            self.last_decile = int(frac * 10)
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[K")
+        self.stream.write(f"jln bench: {self.n} steps in {time.perf_counter() - self.start:.0f} s\n")
+        self.stream.flush()
+
+
+def config_from_args(args: argparse.Namespace) -> _bench.Config:
+    base: dict[str, Any] = dict(QUICK) if args.quick else {}
+    for name in ("ops", "impls", "dtypes", "directions", "widths", "rows", "elements", "reps", "warmup",
+                 "budget_s", "compile_budget_s", "torch_threads"):
+        value = getattr(args, name)
+        if value is not None:
+            base[name] = value
+    if args.quick and args.impls is None and "torch-compile" in base.get("impls", ()):
+        base["impls"] = tuple(i for i in base["impls"] if i != "torch-compile")
+    return _bench.Config(**base)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``jln bench``; returns the exit code (2 for a usage error)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as e:
+        print(f"jln bench: error: {e}\n", file=sys.stderr)
+        parser.print_usage(sys.stderr)
+        return 2
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
+    cfg = config_from_args(args)
+    progress = None if args.quiet else Progress(_bench.count_cases(cfg))
+    report = _bench.run(cfg, progress)
+    if progress is not None:
+        progress.close()
+    command = "jln bench " + shlex.join(argv)
+    report["command"] = command
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+            f.write("\n")
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(_bench.markdown(report, title=args.title, command=command))
+    if args.plot:
+        _bench.plot(report, args.plot)
+    if not (args.json or args.md):
+        print(_bench.markdown(report, title=args.title, command=command))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

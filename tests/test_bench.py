@@ -1,0 +1,166 @@
+"""Tests of ``jln bench`` and its machinery (no timing assertions: timings vary by machine)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jln import _bench, _bench_impls
+from jln.cli import bench as cli
+from jln.cli import main as jln_main
+
+TINY = ["--widths", "256", "--rows", "64", "--reps", "2", "--warmup", "1", "--quiet"]
+RECORD_KEYS = {"impl", "op", "shape", "dtype", "direction", "median_us", "gbps", "pct_of_copy",
+               "compile_s", "residual_bytes_per_elem", "bytes"}
+
+
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("bench")
+    path = out / "r.json"
+    argv = ["--quick", *TINY, "--ops", "layer_norm,add_rms_norm", "--impls", "jln-xla,jln-pallas,flax,jnp,torch",
+            "--json", str(path), "--plot", str(out / "r.png"), "--md", str(out / "r.md")]
+    assert cli.main(argv) == 0
+    report = json.loads(path.read_text())
+    report["_dir"] = str(out)
+    return report
+
+
+def test_json_schema(tiny_report: dict) -> None:
+    assert {"device", "versions", "results", "skipped"} <= set(tiny_report)
+    assert tiny_report["device"]["platform"] == jax.default_backend()
+    assert tiny_report["versions"]["jax"] == jax.__version__
+    results = tiny_report["results"]
+    for s in tiny_report["skipped"]:
+        assert s["reason"]
+        assert s["impl"] == "jln-pallas", s  # everything else runs here, also under strict JAX
+    # 2 dtypes x (copy + 2 ops x 4 runnable impls x 2 directions), jln-pallas is skipped on CPU
+    seen = {(r["impl"], r["op"], r["dtype"], r["direction"]) for r in results}
+    for dtype in ("float32", "bfloat16"):
+        assert ("copy", "copy", dtype, "fwd") in seen
+        for op in ("layer_norm", "add_rms_norm"):
+            for impl in ("jln-xla", "flax", "jnp"):
+                for direction in ("fwd", "fwd+bwd"):
+                    assert (impl, op, dtype, direction) in seen
+    for r in results:
+        assert RECORD_KEYS <= set(r), r
+        assert r["shape"] == [64, 256]
+        assert r["median_us"] > 0 and r["gbps"] > 0 and r["pct_of_copy"] > 0
+        itemsize = jnp.dtype(r["dtype"]).itemsize
+        op = "layer_norm" if r["op"] == "copy" else r["op"]  # the copy moves 2·M·N·b, as a forward
+        assert r["bytes"] == _bench.bytes_moved(op, 64, 256, itemsize, r["direction"])
+        assert math.isclose(r["gbps"], r["bytes"] / r["median_us"] / 1e3, rel_tol=1e-9)
+        if r["impl"] != "copy":
+            assert r["residual_bytes_per_elem"] > 0
+            assert r["impl"].startswith("torch") or r["compile_s"] > 0
+    if jax.default_backend() == "cpu":
+        assert any(s["impl"] == "jln-pallas" and "natively" in s["reason"] for s in tiny_report["skipped"])
+
+
+def test_report_files(tiny_report: dict) -> None:
+    import pathlib
+
+    d = pathlib.Path(tiny_report["_dir"])
+    assert (d / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (d / "r.md").read_text()
+    assert "| layer_norm | bfloat16 | fwd |" in md
+    assert tiny_report["device"]["name"] in md
+
+
+def test_byte_counts_match_array_sizes() -> None:
+    # Independent of the formula: count the bytes of the arrays each direction must touch.
+    m, n = 12, 40
+    for dtype in (jnp.float32, jnp.bfloat16):
+        x = jnp.zeros((m, n), dtype)
+        b = x.nbytes
+        assert _bench.bytes_moved("layer_norm", m, n, x.itemsize, "fwd") == b + b  # read x, write y
+        assert _bench.bytes_moved("rms_norm", m, n, x.itemsize, "fwd+bwd") == 3 * b  # x, dy, dx
+        assert _bench.bytes_moved("add_layer_norm", m, n, x.itemsize, "fwd") == 4 * b  # x, r, y, s
+        assert _bench.bytes_moved("add_rms_norm", m, n, x.itemsize, "fwd+bwd") == 6 * b
+    with pytest.raises(ValueError, match="direction"):
+        _bench.bytes_moved("layer_norm", m, n, 4, "bwd")
+
+
+def test_residual_measure_on_known_function() -> None:
+    # d sin(x) = cos(x) dx: reverse mode keeps cos(x) (float32, 4 B/elem) and nothing else.
+    x = jnp.ones((8, 64), jnp.float32)
+    assert _bench.residual_bytes_per_elem(lambda p: jnp.sin(p["x"]), {"x": x}) == pytest.approx(4.0)
+    # a linear function keeps nothing
+    assert _bench.residual_bytes_per_elem(lambda p: 3.0 * p["x"], {"x": x}) == 0.0
+
+
+@pytest.mark.parametrize("impl, lo, hi", [("jln-xla", 2.0, 2.1), ("flax", 11.9, 12.2), ("jnp", 2.0, 12.2)])
+def test_residual_bytes_bf16(impl: str, lo: float, hi: float) -> None:
+    data = _bench.make_data(128, 512, jnp.bfloat16, 1)
+    p, _ = _bench.op_inputs("layer_norm", data, 0)
+    r = _bench.residual_bytes_per_elem(_bench_impls.jax_op(impl, "layer_norm"), p)
+    assert lo <= r <= hi
+
+
+def test_torch_residual_measure() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.randn(16, 128, dtype=torch.bfloat16)
+    w = torch.ones(128, dtype=torch.bfloat16)
+    # torch's native layer_norm saves x (2 B) plus per-row mean/rstd (left out: fewer than N).
+    r = _bench.torch_residual_bytes_per_elem(lambda p: (torch.nn.functional.layer_norm(p["x"], (128,), p["w"]),),
+                                             {"x": x, "w": w})
+    assert r == pytest.approx(2.0 + 2 * 128 / x.numel())
+    # exp saves its float32 result: 4 B/elem
+    r = _bench.torch_residual_bytes_per_elem(lambda p: (p["x"].exp(),), {"x": x.float()})
+    assert r == pytest.approx(4.0)
+
+
+def test_time_calls_rotates_buffers_and_syncs_once_per_sample() -> None:
+    calls: list[int] = []
+    syncs: list[int] = []
+    tm = _bench.time_calls(lambda i: calls.append(i) or i, 3, lambda outs: syncs.append(1),
+                           reps=5, warmup=2, min_sample_s=0.0)
+    assert tm.samples == 5 and tm.inner == 1 and tm.median_s >= tm.min_s >= 0
+    assert len(syncs) == 2 + 1 + 5  # warm-up calls, one estimate, then one per sample
+    timed = calls[3:]
+    assert timed == [(1 + k) % 3 for k in range(5)]  # consecutive samples use different buffers
+
+
+def test_same_data_across_impls() -> None:
+    # Every implementation computes the same layer norm on the same buffers (a float64 reference).
+    data = _bench.make_data(32, 256, jnp.float32, 1)
+    p, _ = _bench.op_inputs("layer_norm", data, 0)
+    x = np.asarray(p["x"], np.float64)
+    mu = x.mean(-1, keepdims=True)
+    ref = (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + _bench_impls.EPS)
+    ref = ref * np.asarray(p["scale"], np.float64) + np.asarray(p["bias"], np.float64)
+    for impl in ("jln-xla", "flax", "flax-2pass", "jnp"):
+        with _bench.standard_promotion():
+            (y,) = _bench_impls.jax_op(impl, "layer_norm")(p)
+        np.testing.assert_allclose(np.asarray(y), ref, atol=2e-5, err_msg=impl)
+    torch = pytest.importorskip("torch")
+    (yt,) = _bench_impls.torch_op("layer_norm")({k: torch.from_numpy(np.array(v)) for k, v in p.items()})
+    np.testing.assert_allclose(yt.numpy(), ref, atol=2e-5)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--bogus"], "unrecognized arguments"),
+        (["--ops", "layer_nrom"], "unknown op"),
+        (["--impls", "flax,pytorch"], "unknown impl"),
+        (["--dtypes", "float8"], "unknown dtype"),
+        (["--widths", "0"], "positive integers"),
+        (["--rows", "abc"], "positive integers"),
+    ],
+)
+def test_usage_errors_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "usage: jln bench" in err
+
+
+def test_dispatch_from_jln_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert jln_main(["bench", "--widths", "x"]) == 2
+    assert jln_main(["bench", "--help"]) == 0
+    assert "--quick" in capsys.readouterr().out
