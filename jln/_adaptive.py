@@ -78,20 +78,23 @@ def split_condition(emb: Array, order: str | Sequence[str] = "seed") -> dict[str
 def expand_condition(c: Any, x_shape: tuple[int, ...], name: str, fn: str) -> Array:
     """Broadcast a per-example condition over the token axes of ``x``.
 
-    ``[D]`` and ``x.shape`` broadcast as they are; ``[B, D]`` against ``x [B, T, D]`` (or
-    ``[B, H, W, D]``) becomes ``[B, 1, D]`` (``[B, 1, 1, D]``), as DiT's ``scale[:, None]``.
+    ``[D]``, ``x.shape`` and same-rank shapes with size-1 axes (``[B, 1, D]``) broadcast as
+    they are; ``[B, D]`` against ``x [B, T, D]`` (or ``[B, H, W, D]``) becomes ``[B, 1, D]``
+    (``[B, 1, 1, D]``), as DiT's ``scale[:, None]``.
     """
     _checks.check_floating(c, fn, name)
     c = jnp.asarray(c)
     shape = tuple(c.shape)
     if shape == tuple(x_shape) or (c.ndim == 1 and shape == tuple(x_shape[-1:])):
         return c
+    if c.ndim == len(x_shape) and all(s in (1, xs) for s, xs in zip(shape, x_shape, strict=True)):
+        return c  # already broadcastable, e.g. [B, 1, D]
     nd = len(x_shape)
     if 2 <= c.ndim < nd and shape[-1] == x_shape[-1] and shape[:-1] == tuple(x_shape[: c.ndim - 1]):
         return c.reshape(shape[:-1] + (1,) * (nd - c.ndim) + shape[-1:])
     raise ValueError(
         f"{fn}: `{name}` must have shape [D], [B, D] (per example, broadcast over the token "
-        f"axes) or x.shape; received {name}.shape={shape} for x.shape={tuple(x_shape)}."
+        f"axes), x.shape, or x's rank with size-1 axes to broadcast (e.g. [B, 1, D]); received {name}.shape={shape} for x.shape={tuple(x_shape)}."
     )
 
 
