@@ -17,6 +17,9 @@ import numpy as np
 
 #: atol of the general rule, by dtype name (a floor for outputs torch happens to get exact).
 ATOL = {"float64": 1e-12, "float32": 2e-6, "bfloat16": 1e-2, "float16": 2e-3}
+#: rtol when there is no float64 reference (jln vs torch directly): relative to max|torch|,
+#: a few ulp of the largest element, since summation orders differ (used by ``jln.testing``).
+RTOL = {"float64": 1e-12, "float32": 4e-6, "bfloat16": 2 ** -6, "float16": 2 ** -9}
 EXACT_FRACTION = 0.995
 EXACT_MAX_ULP = 1
 
@@ -88,7 +91,10 @@ def _max_abs(a: np.ndarray) -> float:
     return float(np.max(np.abs(a)))
 
 
-def compare(jln_out: Any, torch_out: Any, ref64: Any | None = None, *, exact: bool = False) -> Report:
+def compare(
+    jln_out: Any, torch_out: Any, ref64: Any | None = None, *, exact: bool = False,
+    atol: float | None = None, rtol: float | None = None,
+) -> Report:
     """Apply the parity rule to one output.
 
     Args:
@@ -97,6 +103,9 @@ def compare(jln_out: Any, torch_out: Any, ref64: Any | None = None, *, exact: bo
       ref64: the torch reference evaluated in float64, or None (then the bound is
         ``atol`` around torch's own result).
       exact: apply the bfloat16 bit-exact rule (named conventions) when the dtype is bfloat16.
+      atol: override ``ATOL[dtype]``.
+      rtol: adds ``rtol * max|torch|`` to the bound (default none; ``jln.testing`` passes
+        ``RTOL[dtype]`` when it compares with torch alone).
 
     Returns:
       a :class:`Report`; ``passed`` says whether the rule holds. NaN/Inf positions must agree
@@ -114,16 +123,17 @@ def compare(jln_out: Any, torch_out: Any, ref64: Any | None = None, *, exact: bo
     ulps = ulp_distance(j, t)
     max_ulp = int(ulps.max()) if ulps.size else 0
     frac = float(np.mean(ulps == 0)) if ulps.size else 1.0
-    atol = ATOL.get(dtype, 1e-6)
+    atol = ATOL.get(dtype, 1e-6) if atol is None else atol
+    rel = rtol * _max_abs(np.where(mask, tf, 0)) if rtol else 0.0
     if ref64 is not None:
         r = _f64(to_numpy(ref64))
         err = _max_abs(np.where(mask, jf - r, 0))
         torch_err = _max_abs(np.where(mask, tf - r, 0))
-        bound = 2 * torch_err + atol
+        bound = 2 * torch_err + atol + rel
     else:
         err = _max_abs(np.where(mask, jf - tf, 0))
         torch_err = 0.0
-        bound = atol
+        bound = atol + rel
     exact_rule = exact and dtype == "bfloat16"
     passed = same_nonfinite and err <= bound
     if exact_rule:

@@ -1,0 +1,595 @@
+"""Assert, in your own test suite, that a JAX function or Flax module matches its torch original.
+
+Both sides run on the same random inputs, forward and backward (input gradients through
+``jax.vjp`` and ``torch.autograd`` with the same random cotangent), and every output and
+gradient is held to jln's parity rule (:mod:`jln._compare`):
+
+* ``reference="float64"`` (the rule ``jln parity`` applies): the torch function is evaluated
+  again in float64 on the same rounded inputs, and the JAX result may be at most twice as far
+  from that exact answer as torch itself is, plus a small dtype floor:
+  ``max|jax - ref64| <= 2 * max|torch - ref64| + atol(dtype)``.
+* ``reference="torch"`` (the default): the JAX result is compared with torch's directly:
+  ``max|jax - torch| <= atol(dtype) + rtol(dtype) * max|torch|``, where ``rtol(dtype)`` allows a
+  few units in the last place of the largest element (summation orders differ).
+
+A mismatch raises :class:`ParityError` (an ``AssertionError``, so pytest shows it as a test
+failure) naming the output, the dtype, the shape, the errors and the bound.
+
+Example (in a user's ``test_port.py``)::
+
+    import torch, jln, jln.testing
+
+    def test_my_norm():
+        jln.testing.assert_matches_torch(
+            lambda x, w, b: jln.layer_norm(x, w, b, eps=1e-5),
+            lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, 1e-5),
+            shapes=[(4, 64), (64,), (64,)],
+        )
+
+torch is imported lazily; these helpers need it installed (``pip install 'jln[torch]'``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jln import _compare
+
+__all__ = [
+    "ParityError",
+    "ParityResult",
+    "assert_matches_torch",
+    "assert_module_matches_torch",
+    "check_matches_torch",
+    "format_results",
+]
+
+#: dtypes swept when neither ``inputs`` nor ``dtypes`` fix them (float64 only under x64).
+DEFAULT_DTYPES = ("float32", "bfloat16", "float16")
+
+REFERENCES = ("torch", "float64")
+
+
+@dataclass(frozen=True)
+class ParityResult:
+    """One output (forward) or one input gradient (backward) of one comparison.
+
+    Attributes:
+      name: what was compared (a function, module or registry op name).
+      output: which output: ``"out"``, ``"out[1]"``, or ``"d x"``/``"d arg2"`` for gradients.
+      direction: ``"fwd"`` or ``"bwd"``.
+      dtype: the dtype of the compared array.
+      shape: its shape.
+      report: the parity measures (:class:`jln._compare.Report`).
+      note: why it failed when the numbers alone do not say (dtype or shape mismatch).
+      passed: whether the rule holds and nothing else is wrong.
+    """
+
+    name: str
+    output: str
+    direction: str
+    dtype: str
+    shape: tuple[int, ...]
+    report: _compare.Report
+    note: str = ""
+    passed: bool = field(default=True)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: the fields plus the report's measures, flattened."""
+        r = self.report
+        return {
+            "op": self.name,
+            "output": self.output,
+            "direction": self.direction,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "pass": self.passed,
+            "max_abs_err": _finite_or_str(r.max_abs_err),
+            "bound": _finite_or_str(r.bound),
+            "torch_err": _finite_or_str(r.torch_err),
+            "max_ulp": int(r.max_ulp),
+            "frac_bitexact": r.frac_bitexact,
+            "exact_rule": r.exact_rule,
+            "note": self.note,
+        }
+
+    def describe(self) -> str:
+        """One line a user can act on: what, where, the numbers and the bound."""
+        r = self.report
+        rule = (
+            f"bf16 bit-exact rule: >= {_compare.EXACT_FRACTION:.1%} bit-exact and <= "
+            f"{_compare.EXACT_MAX_ULP} ulp"
+            if r.exact_rule
+            else f"bound {r.bound:.3g}"
+        )
+        verdict = "ok" if self.passed else "FAIL"
+        head = f"{verdict} {self.name} {self.direction} {self.output} dtype={self.dtype} shape={self.shape}"
+        nums = (
+            f"max_abs_err={r.max_abs_err:.3g} ({rule}; torch's own error {r.torch_err:.3g}), "
+            f"max_ulp={r.max_ulp}, frac_bitexact={r.frac_bitexact:.4f}"
+        )
+        return f"{head}: {nums}" + (f" -- {self.note}" if self.note else "")
+
+
+class ParityError(AssertionError):
+    """JAX and torch disagree beyond the parity rule; ``results`` holds every comparison."""
+
+    def __init__(self, message: str, results: Sequence[ParityResult]):
+        super().__init__(message)
+        self.results = list(results)
+
+
+def _finite_or_str(v: float) -> float | str:
+    return v if math.isfinite(v) else str(v)
+
+
+# -- array plumbing -----------------------------------------------------------------------
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError(
+            "jln.testing compares against PyTorch, which is not installed. Install it with "
+            "`pip install 'jln[torch]'` (CPU builds are enough)."
+        ) from e
+    return torch
+
+
+def _is_float(dtype: Any) -> bool:
+    return bool(jnp.issubdtype(np.dtype(dtype), jnp.floating))
+
+
+def _cast(a: np.ndarray, dtype: Any) -> np.ndarray:
+    dtype = np.dtype(jnp.dtype(dtype))
+    if dtype == np.float64:
+        return np.asarray(a, np.float64)
+    return np.asarray(a, np.float32).astype(dtype)
+
+
+def _to_torch(a: np.ndarray, *, float64: bool = False) -> Any:
+    """The same values as a torch tensor (bfloat16 through float32, which is exact)."""
+    torch = _torch()
+    if not _is_float(a.dtype):
+        return torch.from_numpy(np.array(a))
+    if float64:
+        return torch.from_numpy(np.asarray(a, np.float64).copy())
+    name = np.dtype(a.dtype).name
+    wide = np.float64 if name == "float64" else np.float32
+    return torch.from_numpy(np.asarray(a, wide).copy()).to(getattr(torch, name))
+
+
+def _flatten_torch(out: Any) -> list[Any]:
+    """Leaves of a torch output in jax's pytree order (tuples/lists in order, dicts by key)."""
+    if isinstance(out, (tuple, list)):
+        return [leaf for o in out for leaf in _flatten_torch(o)]
+    if isinstance(out, Mapping):
+        return [leaf for k in sorted(out) for leaf in _flatten_torch(out[k])]
+    if out is None:
+        return []
+    return [out]
+
+
+def _labels(n: int) -> list[str]:
+    return ["out"] if n == 1 else [f"out[{i}]" for i in range(n)]
+
+
+def _failed_report(dtype: str, exact: bool) -> _compare.Report:
+    inf = float("inf")
+    return _compare.Report(dtype, inf, inf, 0, 0.0, 0.0, exact, False)
+
+
+# -- the engine -----------------------------------------------------------------------------
+
+
+def check_matches_torch(
+    jax_fn: Callable[..., Any],
+    torch_fn: Callable[..., Any],
+    inputs: Sequence[Any] | Mapping[str, Any],
+    *,
+    grad: bool = True,
+    reference: str = "torch",
+    exact: bool = False,
+    rtol: float | None = None,
+    atol: float | None = None,
+    seed: int = 0,
+    name: str = "fn",
+    jit: bool = True,
+) -> list[ParityResult]:
+    """Compare ``jax_fn`` with ``torch_fn`` on one set of concrete inputs; never raises on a mismatch.
+
+    Args:
+      jax_fn: called as ``jax_fn(*arrays)`` (sequence ``inputs``) or ``jax_fn(**arrays)``
+        (mapping ``inputs``) with ``jax.Array`` values; returns an array or a pytree of arrays.
+      torch_fn: called the same way with torch tensors; returns a tensor or a tuple/list/dict.
+      inputs: NumPy, JAX or torch arrays; their dtypes are kept as given.
+      grad: also compare the gradients w.r.t. every floating input (one random cotangent per
+        output, the same values on both sides).
+      reference: ``"torch"`` or ``"float64"`` (see the module docstring).
+      exact: apply the bfloat16 bit-exact rule to forward outputs (named conventions).
+      rtol, atol: override the dtype defaults of :mod:`jln._compare`.
+      seed: seeds the cotangents.
+      name: the label results carry.
+      jit: ``jax.jit`` the forward+backward function (compiled once for these shapes).
+
+    Returns:
+      one :class:`ParityResult` per output and, with ``grad``, one per floating input.
+
+    Raises:
+      ValueError: ``reference`` is not ``"torch"`` or ``"float64"``.
+      ImportError: torch is not installed.
+    """
+    if reference not in REFERENCES:
+        raise ValueError(
+            f"check_matches_torch: `reference` must be one of {REFERENCES}; received {reference!r}."
+        )
+    torch = _torch()
+    keys = list(inputs) if isinstance(inputs, Mapping) else None
+    values = list(inputs.values()) if isinstance(inputs, Mapping) else list(inputs)
+    arrays = [_compare.to_numpy(v) for v in values]
+    call = (lambda *a: jax_fn(**dict(zip(keys, a, strict=True)))) if keys else jax_fn
+    diff = [i for i, a in enumerate(arrays) if _is_float(a.dtype)] if grad else []
+    jargs = [jnp.asarray(a) for a in arrays]
+
+    out_struct = jax.eval_shape(call, *jargs)
+    struct_leaves, treedef = jax.tree.flatten(out_struct)
+    rng = np.random.default_rng(seed + 7919)
+    cts = [
+        _cast(rng.standard_normal(s.shape), s.dtype) if _is_float(s.dtype) else None
+        for s in struct_leaves
+    ]
+
+    # jax: forward and backward in one function, compiled once
+    def fwd_bwd(args: list[Any], cot: list[Any]) -> tuple[Any, Any]:
+        def f(*d: Any) -> Any:
+            full = list(args)
+            for i, v in zip(diff, d, strict=True):
+                full[i] = v
+            return call(*full)
+
+        if not diff:
+            return f(), ()
+        out, vjp = jax.vjp(f, *[args[i] for i in diff])
+        cot_full = [
+            c if c is not None else np.zeros(s.shape, jax.dtypes.float0)
+            for c, s in zip(cot, struct_leaves, strict=True)
+        ]
+        return out, vjp(jax.tree.unflatten(treedef, cot_full))
+
+    run = jax.jit(fwd_bwd) if jit else fwd_bwd
+    j_out, j_grads = run(jargs, [None if c is None else jnp.asarray(c) for c in cts])
+    j_leaves = [np.asarray(o) for o in jax.tree.leaves(j_out)]
+    j_grads = [np.asarray(g) for g in j_grads]
+
+    def torch_side(float64: bool) -> tuple[list[Any], list[Any]]:
+        leaves = [_to_torch(a, float64=float64) for a in arrays]
+        for i in diff:
+            leaves[i].requires_grad_(True)
+        with torch.enable_grad():
+            out = torch_fn(**dict(zip(keys, leaves, strict=True))) if keys else torch_fn(*leaves)
+        outs = _flatten_torch(out)
+        grads: list[Any] = []
+        if diff:
+            pairs = [
+                (o, _to_torch(c, float64=float64))
+                for o, c in zip(outs, cts, strict=False)
+                if c is not None and getattr(o, "requires_grad", False)
+            ]
+            if pairs:
+                got = torch.autograd.grad(
+                    [o for o, _ in pairs],
+                    [leaves[i] for i in diff],
+                    grad_outputs=[c.to(o.dtype) for o, c in pairs],
+                    allow_unused=True,
+                )
+            else:
+                got = (None,) * len(diff)
+            grads = [torch.zeros_like(leaves[i]) if g is None else g for i, g in zip(diff, got, strict=True)]
+        return [_compare.to_numpy(o) for o in outs], [_compare.to_numpy(g) for g in grads]
+
+    t_out, t_grads = torch_side(False)
+    if reference == "float64":
+        try:
+            r_out, r_grads = torch_side(True)
+        except Exception as e:  # pragma: no cover - depends on the user's torch function
+            raise RuntimeError(
+                f"{name}: reference='float64' evaluates the torch function on float64 inputs, "
+                f"and it failed ({type(e).__name__}: {e}). Use reference='torch' instead."
+            ) from e
+    else:
+        r_out, r_grads = [None] * len(t_out), [None] * len(t_grads)
+
+    results: list[ParityResult] = []
+    labels = _labels(len(j_leaves))
+    if len(t_out) != len(j_leaves):
+        note = f"jax returned {len(j_leaves)} output(s), torch {len(t_out)}"
+        results.append(ParityResult(name, "out", "fwd", "?", (), _failed_report("?", exact), note, False))
+        return results
+    for lab, j, t, r in zip(labels, j_leaves, t_out, r_out, strict=True):
+        results.append(_one(name, lab, "fwd", j, t, r, exact=exact, rtol=rtol, atol=atol))
+    arg_names = keys or [f"arg{i}" for i in range(len(arrays))]
+    for i, j, t, r in zip(diff, j_grads, t_grads, r_grads, strict=True):
+        results.append(_one(name, f"d {arg_names[i]}", "bwd", j, t, r, exact=False, rtol=rtol, atol=atol))
+    return results
+
+
+def _one(
+    name: str, output: str, direction: str, j: np.ndarray, t: np.ndarray, r: np.ndarray | None,
+    *, exact: bool, rtol: float | None, atol: float | None,
+) -> ParityResult:
+    dtype, shape = str(j.dtype), tuple(j.shape)
+    if j.shape != t.shape:
+        note = f"shape mismatch: jax {j.shape}, torch {tuple(t.shape)}"
+        return ParityResult(name, output, direction, dtype, shape, _failed_report(dtype, exact), note, False)
+    if rtol is None and r is None:  # compared with torch alone: allow a few ulp of the max
+        rtol = _compare.RTOL.get(dtype, 0.0)
+    report = _compare.compare(j, t, r, exact=exact, rtol=rtol, atol=atol)
+    note = ""
+    passed = report.passed
+    if str(t.dtype) != dtype:
+        note = f"dtype mismatch: jax gives {dtype}, torch gives {t.dtype}"
+        passed = False
+    elif not passed and not report.exact_rule and report.max_abs_err == float("inf"):
+        note = "NaN/Inf where the other side is finite"
+    return ParityResult(name, output, direction, dtype, shape, report, note, bool(passed))
+
+
+# -- user-facing assertions -----------------------------------------------------------------
+
+
+def _x64() -> bool:
+    return bool(jax.config.jax_enable_x64)
+
+
+def _default_dtypes() -> tuple[str, ...]:
+    return DEFAULT_DTYPES + (("float64",) if _x64() else ())
+
+
+def _check_dtypes(dtypes: Sequence[Any], fn: str) -> list[str]:
+    names = []
+    for d in dtypes:
+        try:
+            name = np.dtype(jnp.dtype(d)).name
+        except TypeError:
+            raise TypeError(f"{fn}: unknown dtype {d!r} in `dtypes`; use names like 'float32' or 'bfloat16'.") from None
+        if not _is_float(name):
+            raise TypeError(f"{fn}: `dtypes` must be floating dtypes; received {name}.")
+        if name == "float64" and not _x64():
+            raise ValueError(
+                f"{fn}: dtype float64 needs 64-bit JAX; enable it with "
+                "jax.config.update('jax_enable_x64', True) (or `with jax.enable_x64(True):`), "
+                "or drop float64 from `dtypes`."
+            )
+        names.append(name)
+    return names
+
+
+def _input_sets(
+    inputs: Sequence[Any] | Mapping[str, Any] | None,
+    shapes: Sequence[Sequence[int]] | Mapping[str, Sequence[int]] | None,
+    dtypes: Sequence[Any] | None,
+    seed: int,
+    fn: str,
+) -> list[tuple[str, Sequence[Any] | Mapping[str, Any]]]:
+    """(dtype label, inputs) pairs: given inputs as they are or cast, or random ones per dtype."""
+    if (inputs is None) == (shapes is None):
+        raise TypeError(
+            f"{fn}: pass exactly one of `inputs` (arrays) or `shapes` (one shape per argument); "
+            f"received {'both' if inputs is not None else 'neither'}."
+        )
+    if inputs is not None:
+        if isinstance(inputs, Mapping):
+            keys, vals = list(inputs), [_compare.to_numpy(v) for v in inputs.values()]
+        else:
+            keys, vals = None, [_compare.to_numpy(v) for v in inputs]
+        if dtypes is None:
+            label = ",".join(sorted({str(v.dtype) for v in vals if _is_float(v.dtype)})) or "-"
+            return [(label, dict(zip(keys, vals, strict=True)) if keys else vals)]
+        out = []
+        for d in _check_dtypes(dtypes, fn):
+            cast = [_cast(v, d) if _is_float(v.dtype) else v for v in vals]
+            out.append((d, dict(zip(keys, cast, strict=True)) if keys else cast))
+        return out
+    assert shapes is not None
+    names = _check_dtypes(_default_dtypes() if dtypes is None else dtypes, fn)
+    keys = list(shapes) if isinstance(shapes, Mapping) else None
+    shape_list = [tuple(s) for s in (shapes.values() if isinstance(shapes, Mapping) else shapes)]
+    out = []
+    for d in names:
+        rng = np.random.default_rng(seed)
+        vals = [_cast(rng.standard_normal(s), d) for s in shape_list]
+        out.append((d, dict(zip(keys, vals, strict=True)) if keys else vals))
+    return out
+
+
+def format_results(results: Sequence[ParityResult], *, failures_only: bool = False) -> str:
+    """The results as lines of :meth:`ParityResult.describe`."""
+    return "\n".join(r.describe() for r in results if not (failures_only and r.passed))
+
+
+def _raise_if_failed(results: list[ParityResult], reference: str, what: str) -> list[ParityResult]:
+    bad = [r for r in results if not r.passed]
+    if bad:
+        head = (
+            f"{what}: {len(bad)} of {len(results)} comparisons exceed jln's parity rule "
+            f"(reference={reference!r}):"
+        )
+        hint = (
+            "Check dtype handling (where the computation upcasts and where it rounds), eps and "
+            "its position, the normalized axes, and parameter conventions; or loosen with "
+            "rtol=/atol= if the difference is expected."
+        )
+        raise ParityError("\n".join([head, format_results(bad), hint]), results)
+    return results
+
+
+def assert_matches_torch(
+    jax_fn: Callable[..., Any],
+    torch_fn: Callable[..., Any],
+    *,
+    inputs: Sequence[Any] | Mapping[str, Any] | None = None,
+    shapes: Sequence[Sequence[int]] | Mapping[str, Sequence[int]] | None = None,
+    dtypes: Sequence[Any] | None = None,
+    grad: bool = True,
+    reference: str = "torch",
+    exact: bool = False,
+    rtol: float | None = None,
+    atol: float | None = None,
+    seed: int = 0,
+    name: str | None = None,
+) -> list[ParityResult]:
+    """Assert that a JAX function matches a torch function, forward and backward, across dtypes.
+
+    Give either ``inputs`` (arrays of any framework; with ``dtypes`` their floating entries are
+    cast to each dtype, without they are used as they are) or ``shapes`` (random N(0, 1) inputs,
+    one per argument, in each of ``dtypes``). A sequence calls the functions positionally, a
+    mapping by keyword.
+
+    Args:
+      jax_fn: the JAX side, taking ``jax.Array`` arguments.
+      torch_fn: the torch side, taking tensors, returning a tensor or a tuple/list/dict of them.
+      inputs: concrete arguments (exclusive with ``shapes``).
+      shapes: one shape per argument (exclusive with ``inputs``).
+      dtypes: floating dtypes to sweep; default float32, bfloat16, float16 (and float64 when
+        ``jax_enable_x64`` is on).
+      grad: also compare gradients w.r.t. every floating input with a shared random cotangent.
+      reference: ``"torch"`` (compare with torch directly, ``atol + rtol * max|torch|``) or
+        ``"float64"`` (jln's 2x-torch-error rule against torch evaluated in float64).
+      exact: forward outputs in bfloat16 must be bit-exact on >= 99.5% of elements, <= 1 ulp.
+      rtol, atol: override the dtype defaults of the rule.
+      seed: seed of the random inputs and cotangents.
+      name: label used in messages (default: ``jax_fn``'s name).
+
+    Returns:
+      every :class:`ParityResult` (all passed).
+
+    Raises:
+      ParityError: some output or gradient breaks the rule; the message lists each with its
+        dtype, shape, max abs error, bound, max ulp distance and bit-exact fraction.
+      TypeError/ValueError: bad arguments (both or neither of inputs/shapes, unknown dtype,
+        float64 without x64, unknown reference).
+    """
+    fn = "assert_matches_torch"
+    label = name or getattr(jax_fn, "__name__", "fn")
+    results: list[ParityResult] = []
+    for _, ins in _input_sets(inputs, shapes, dtypes, seed, fn):
+        results += check_matches_torch(
+            jax_fn, torch_fn, ins, grad=grad, reference=reference, exact=exact,
+            rtol=rtol, atol=atol, seed=seed, name=label,
+        )
+    return _raise_if_failed(results, reference, label)
+
+
+def _jax_module_fn(module: Any, what: str) -> tuple[Callable[..., Any], Callable[[str], Callable[..., Any]]]:
+    """(apply function, a maker of the same function with parameters cast to a dtype)."""
+
+    def cast_tree(tree: Any, dtype: str) -> Any:
+        return jax.tree.map(lambda v: v.astype(dtype) if _is_float(getattr(v, "dtype", np.int32)) else v, tree)
+
+    if isinstance(module, tuple) and len(module) == 2:
+        linen_module, variables = module
+
+        def make(dtype: str | None) -> Callable[..., Any]:
+            v = variables if dtype is None else cast_tree(variables, dtype)
+            return lambda *a: linen_module.apply(v, *a)
+
+        return make(None), make
+    try:
+        from flax import nnx
+    except ImportError:  # pragma: no cover - flax is a dependency
+        nnx = None
+    if nnx is not None and isinstance(module, nnx.Module):
+        graphdef, state = nnx.split(module)
+
+        def make(dtype: str | None) -> Callable[..., Any]:
+            s = state if dtype is None else cast_tree(state, dtype)
+            return lambda *a: nnx.merge(graphdef, s)(*a)
+
+        return make(None), make
+    raise TypeError(
+        f"{what}: the jln side must be a `(linen_module, variables)` pair or a flax.nnx Module; "
+        f"received {type(module).__name__}. Convert the torch module with "
+        "jln.interop.from_torch(torch_module)."
+    )
+
+
+def _convert(torch_module: Any, what: str) -> Any:
+    try:
+        from jln import interop
+    except ImportError as e:
+        raise TypeError(
+            f"{what}: pass the jln module (a `(linen_module, variables)` pair or an nnx Module); "
+            "jln.interop, which converts torch modules, is not available in this build."
+        ) from e
+    return interop.from_torch(torch_module)
+
+
+def assert_module_matches_torch(
+    torch_module: Any,
+    jln_module: Any = None,
+    *,
+    inputs: Sequence[Any] | Mapping[str, Any] | None = None,
+    shapes: Sequence[Sequence[int]] | Mapping[str, Sequence[int]] | None = None,
+    dtypes: Sequence[Any] | None = None,
+    grad: bool = True,
+    reference: str = "torch",
+    exact: bool = False,
+    rtol: float | None = None,
+    atol: float | None = None,
+    seed: int = 0,
+    name: str | None = None,
+) -> list[ParityResult]:
+    """Assert that a torch module and its jln conversion compute the same thing, forward and backward.
+
+    The torch module is copied and put in eval mode (dropout off); it is not modified. With
+    ``dtypes``, both sides' floating parameters are cast to each dtype along with the inputs;
+    without, parameters keep their dtypes and inputs are float32 (or as given). Gradients are
+    taken w.r.t. the inputs.
+
+    Args:
+      torch_module: a ``torch.nn.Module``.
+      jln_module: a ``(linen_module, variables)`` pair or a ``flax.nnx`` Module; ``None``
+        converts ``torch_module`` with ``jln.interop.from_torch``.
+      inputs, shapes, dtypes, grad, reference, exact, rtol, atol, seed: as in
+        :func:`assert_matches_torch` (``dtypes`` defaults to float32 here).
+      name: label in messages (default: the torch module's class name).
+
+    Returns:
+      every :class:`ParityResult` (all passed).
+
+    Raises:
+      ParityError: some output or input gradient breaks the rule.
+      TypeError: ``jln_module`` is neither form, or no conversion is available.
+    """
+    what = "assert_module_matches_torch"
+    label = name or type(torch_module).__name__
+    if jln_module is None:
+        jln_module = _convert(torch_module, what)
+    _, make_jax = _jax_module_fn(jln_module, what)
+    base = copy.deepcopy(torch_module).eval()
+    torch = _torch()
+    results: list[ParityResult] = []
+    for dtype, ins in _input_sets(inputs, shapes, ("float32",) if dtypes is None and shapes is not None else dtypes, seed, what):
+        cast = dtypes is not None
+        tmod = copy.deepcopy(base).to(getattr(torch, dtype)) if cast else base
+        jfn = make_jax(dtype if cast else None)
+        t64 = copy.deepcopy(base).double()
+
+        def torch_fn(*a: Any, _m: Any = tmod, _m64: Any = t64, **kw: Any) -> Any:
+            first = next(iter(list(a) + list(kw.values())))
+            return (_m64 if first.dtype == torch.float64 else _m)(*a, **kw)
+
+        results += check_matches_torch(
+            jfn, torch_fn, ins, grad=grad, reference=reference, exact=exact,
+            rtol=rtol, atol=atol, seed=seed, name=label,
+        )
+    return _raise_if_failed(results, reference, label)
