@@ -1,0 +1,320 @@
+"""Distributed checks for jln on 8 host CPU devices; prints one JSON object.
+
+Run as a script (``tests/test_distributed.py`` launches it in a subprocess): XLA_FLAGS must be
+set before JAX initialises, which the rest of the test session has already done. The script
+only measures; the assertions (tolerances) live in ``tests/test_distributed.py``.
+
+Every sharded result is compared with the same jln function on the unsharded array (one
+device) and, for LayerNorm/RMSNorm, with an independent float64 NumPy reference.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import contextlib  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+import sys  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import AxisType, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import jln  # noqa: E402
+
+RESULTS: dict = {"shard_map": [], "jit": [], "grads": [], "residuals": {}, "errors": {}, "hlo_shard_map": {}}
+RNG = np.random.default_rng(0)
+COLLECTIVE = re.compile(
+    r"=\s*(.+?)\s+(all-gather|all-reduce|reduce-scatter|collective-permute|all-to-all)(?:-start)?\("
+)
+
+
+def maxdiff(a, b) -> float:
+    return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+
+
+def collectives(hlo: str) -> list[dict]:
+    out = []
+    for line in hlo.splitlines():
+        m = COLLECTIVE.search(line)
+        if m:
+            shapes = re.findall(r"[a-z0-9]+\[([0-9,]*)\]", m.group(1))
+            elems = [int(np.prod([int(d) for d in s.split(",") if d])) for s in shapes]
+            out.append({"op": m.group(2), "shape": m.group(1), "elements": max(elems or [1])})
+    return out
+
+
+def ln64(x, s, b, axes):
+    x = np.asarray(x, np.float64)
+    mu = x.mean(axis=axes, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=axes, keepdims=True)
+    return (x - mu) / np.sqrt(var + 1e-5) * np.asarray(s, np.float64) + np.asarray(b, np.float64)
+
+
+def rms64(x, s):
+    x = np.asarray(x, np.float64)
+    eps = float(np.finfo(np.float32).eps)
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * np.asarray(s, np.float64)
+
+
+def mesh(shape, names, kind=AxisType.Explicit):
+    return jax.make_mesh(shape, names, axis_types=(kind,) * len(shape))
+
+
+def put(m, a, spec):
+    return jax.device_put(a, NamedSharding(m, spec))
+
+
+# ---------------------------------------------------------------- shard_map: hidden split (TP)
+B, T, D = 2, 4, 64
+X = (3e4 + RNG.standard_normal((B, T, D))).astype(np.float32)  # clustered: pivot accuracy
+R = RNG.standard_normal((B, T, D)).astype(np.float32)
+S = (1 + 0.1 * RNG.standard_normal(D)).astype(np.float32)
+BI = (0.1 * RNG.standard_normal(D)).astype(np.float32)
+CT = RNG.standard_normal((B, T, D)).astype(np.float32)
+EMB = (0.5 * RNG.standard_normal((B, 2, D))).astype(np.float32)  # [B, (scale, shift), D]
+
+OPS = {
+    # name: (fn(x, r, s, b, emb, axis_name) -> y, which inputs get gradients)
+    "layer_norm": lambda x, r, s, b, e, n: jln.layer_norm(x, s, b, axis_name=n),
+    "rms_norm_torch": lambda x, r, s, b, e, n: jln.rms_norm(x - 3e4, s, axis_name=n),
+    "rms_norm_seed": lambda x, r, s, b, e, n: jln.rms_norm(x - 3e4, s, convention="seed", axis_name=n),
+    "rms_norm_gemma": lambda x, r, s, b, e, n: jln.rms_norm(x - 3e4, s, convention="gemma", axis_name=n),
+    "add_layer_norm": lambda x, r, s, b, e, n: jln.add_layer_norm(x, r, s, b, axis_name=n)[0],
+    "add_rms_norm": lambda x, r, s, b, e, n: jln.add_rms_norm(x - 3e4, r, s, axis_name=n)[0],
+    "adaptive_layer_norm": lambda x, r, s, b, e, n: jln.adaptive_layer_norm(
+        x, e.reshape(e.shape[0], -1), s, b, order="seed", axis_name=n
+    )[0],
+}
+
+
+def fwd_and_grads(op, x, r, s, b, e, ct, name):
+    def loss(x, r, s, b, e):
+        return jnp.sum(OPS[op](x, r, s, b, e, name) * ct)
+
+    y = OPS[op](x, r, s, b, e, name)
+    return (y, *jax.grad(loss, argnums=(0, 1, 2, 3, 4))(x, r, s, b, e))
+
+
+def shard_map_tp() -> None:
+    m = mesh((8,), ("tp",))
+    xs = P(None, None, "tp")
+    specs = (xs, xs, P("tp"), P("tp"), P(None, None, "tp"), xs)
+    args = [put(m, a, sp) for a, sp in zip((X, R, S, BI, EMB, CT), specs, strict=True)]
+    for op in OPS:
+        f = jax.jit(
+            jax.shard_map(
+                lambda x, r, s, b, e, ct, op=op: fwd_and_grads(op, x, r, s, b, e, ct, "tp"),
+                mesh=m,
+                in_specs=specs,
+                out_specs=(xs, xs, xs, P("tp"), P("tp"), P(None, None, "tp")),
+            )
+        )
+        got = f(*args)
+        ref = jax.jit(lambda *a, op=op: fwd_and_grads(op, *a, None))(X, R, S, BI, EMB, CT)
+        entry = {
+            "op": op,
+            "layout": "shard_map tp=8 (hidden split)",
+            "fwd": maxdiff(got[0], ref[0]),
+            "dx": maxdiff(got[1], ref[1]),
+            "dresidual": maxdiff(got[2], ref[2]),
+            "dscale": maxdiff(got[3], ref[3]),
+            "dbias": maxdiff(got[4], ref[4]),
+            "demb": maxdiff(got[5], ref[5]),
+            "ref_scale": float(max(np.max(np.abs(np.asarray(g))) for g in ref[:4])),
+        }
+        if op == "layer_norm":
+            entry["fwd_vs_float64"] = maxdiff(got[0], ln64(X, S, BI, -1))
+            entry["unsharded_fwd_vs_float64"] = maxdiff(ref[0], ln64(X, S, BI, -1))
+        if op == "rms_norm_torch":
+            entry["fwd_vs_float64"] = maxdiff(got[0], rms64(X.astype(np.float64) - 3e4, S))
+        RESULTS["shard_map"].append(entry)
+        if op in ("layer_norm", "rms_norm_torch"):
+            RESULTS["hlo_shard_map"][op] = collectives(f.lower(*args).compile().as_text())
+            fwd_only = jax.jit(
+                jax.shard_map(
+                    lambda x, s, b, op=op: OPS[op](x, None, s, b, None, "tp"),
+                    mesh=m, in_specs=(xs, P("tp"), P("tp")), out_specs=xs,
+                )
+            )
+            RESULTS["hlo_shard_map"][op + "_fwd"] = collectives(
+                fwd_only.lower(args[0], args[2], args[3]).compile().as_text()
+            )
+
+
+def shard_map_two_axes() -> None:
+    """Normalize over (H, Dh) with Dh split across 2x4 devices named by a tuple of axes."""
+    m = mesh((2, 4), ("a", "b"))
+    x = X.reshape(B, T, 4, 16)
+    spec = P(None, None, None, ("a", "b"))
+    s, b = S.reshape(4, 16), BI.reshape(4, 16)
+    ps = P(None, ("a", "b"))
+    f = jax.jit(jax.shard_map(
+        lambda x, s, b: jln.layer_norm(x, s, b, axis=(-2, -1), axis_name=("a", "b")),
+        mesh=m, in_specs=(spec, ps, ps), out_specs=spec,
+    ))
+    got = f(put(m, x, spec), put(m, s, ps), put(m, b, ps))
+    ref = jln.layer_norm(x, s, b, axis=(-2, -1))
+    RESULTS["shard_map"].append({
+        "op": "layer_norm axis=(-2,-1)", "layout": "shard_map ('a','b')=2x4 split last axis",
+        "fwd": maxdiff(got, ref), "fwd_vs_float64": maxdiff(got, ln64(x, s, b, (-2, -1))),
+        "ref_scale": float(np.max(np.abs(np.asarray(ref)))),
+    })
+
+
+def pmap_groups() -> None:
+    """pmap over 8 devices in 2 groups of 4: each group holds 4 blocks of the same rows."""
+    groups = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    x = X.reshape(B * T, D)[:4]  # 4 rows
+    rows = x.reshape(2, 2, 4, D // 4).transpose(0, 2, 1, 3).reshape(8, 2, D // 4)  # dev = g*4+k
+    ct = CT.reshape(B * T, D)[:4]
+    cts = ct.reshape(2, 2, 4, D // 4).transpose(0, 2, 1, 3).reshape(8, 2, D // 4)
+
+    def unblock(a):
+        return np.asarray(a).reshape(2, 4, 2, D // 4).transpose(0, 2, 1, 3).reshape(4, D)
+
+    for op, fn in {
+        "layer_norm": lambda v, n, g: jln.layer_norm(v, axis_name=n, axis_index_groups=g),
+        "rms_norm_seed": lambda v, n, g: jln.rms_norm(v - 3e4, convention="seed", axis_name=n, axis_index_groups=g),
+    }.items():
+        def both(v, c, fn=fn):
+            y, vjp = jax.vjp(lambda v: fn(v, "i", groups), v)
+            return y, vjp(c)[0]
+
+        y, dx = jax.pmap(both, axis_name="i")(rows, cts)
+        ry, vjp = jax.vjp(lambda v, fn=fn: fn(v, None, None), x)
+        RESULTS["shard_map"].append({
+            "op": op, "layout": "pmap 8 devices, axis_index_groups 2x4",
+            "fwd": maxdiff(unblock(y), ry), "dx": maxdiff(unblock(dx), vjp(ct)[0]),
+            "ref_scale": float(np.max(np.abs(np.asarray(ry)))),
+        })
+
+
+# ---------------------------------------------------------------- parameter gradients
+def param_grads() -> None:
+    """Loss = sum(LN(x) * ct) under data x tensor, data x sequence and sequence x tensor
+    layouts: what the user must psum and what JAX/jln do."""
+    xg, ctg = X, CT
+
+    def ref_grads():
+        return jax.grad(lambda s, b: jnp.sum(jln.layer_norm(xg, s, b) * ctg), (0, 1))(S, BI)
+
+    rs, rb = ref_grads()
+    layouts = {
+        # name: (mesh shape, names, x spec, param spec, row axes, hidden axis_name)
+        "dp2_tp4": ((2, 4), ("dp", "tp"), P("dp", None, "tp"), P("tp"), ("dp",), "tp"),
+        "dp2_sp4": ((2, 4), ("dp", "sp"), P("dp", "sp", None), P(), ("dp", "sp"), None),
+        "sp2_tp4": ((2, 4), ("sp", "tp"), P(None, "sp", "tp"), P("tp"), ("sp",), "tp"),
+    }
+    for name, (shape, names, xspec, pspec, row_axes, hid) in layouts.items():
+        m = mesh(shape, names)
+        args = (put(m, xg, xspec), put(m, ctg, xspec), put(m, S, pspec), put(m, BI, pspec))
+
+        def local_grads(x, ct, s, b, psum, hid=hid, row_axes=row_axes):
+            g = jax.grad(lambda s, b: jnp.sum(jln.layer_norm(x, s, b, axis_name=hid) * ct), (0, 1))(s, b)
+            return tuple(jax.lax.psum(v, row_axes) for v in g) if psum else g
+
+        out = {}
+        for mode, vma, psum in (("vma_auto", True, False), ("manual_psum", False, True), ("no_psum", False, False)):
+            f = jax.jit(jax.shard_map(
+                lambda x, ct, s, b, psum=psum: local_grads(x, ct, s, b, psum),
+                mesh=m, in_specs=(xspec, xspec, pspec, pspec), out_specs=(pspec, pspec), check_vma=vma,
+            ))
+            gs, gb = f(*args)
+            out[mode] = max(maxdiff(gs, rs), maxdiff(gb, rb))
+        RESULTS["grads"].append({"layout": name, **out, "ref_scale": float(np.max(np.abs(np.asarray(rs))))})
+
+
+# ---------------------------------------------------------------- plain jit + NamedSharding
+def jit_layouts() -> None:
+    b, t, d = 8, 8, 512
+    x = (3e3 + RNG.standard_normal((b, t, d))).astype(np.float32)
+    s = (1 + 0.1 * RNG.standard_normal(d)).astype(np.float32)
+    bi = (0.1 * RNG.standard_normal(d)).astype(np.float32)
+    ct = RNG.standard_normal((b, t, d)).astype(np.float32)
+    fns = {
+        "layer_norm": lambda x, s, b: jln.layer_norm(x, s, b),
+        "rms_norm": lambda x, s, b: jln.rms_norm(x - 3e3, s),
+    }
+
+    def fwd_bwd(fn, x, s, b, ct):
+        y, vjp = jax.vjp(fn, x, s, b)
+        return (y, *vjp(ct))
+
+    layouts = {
+        "batch": ((8,), ("m",), P("m", None, None), P()),
+        "sequence": ((8,), ("m",), P(None, "m", None), P()),
+        "hidden": ((8,), ("m",), P(None, None, "m"), P("m")),
+        "data2_hidden4": ((2, 4), ("a", "b"), P("a", None, "b"), P("b")),
+    }
+    for kind in (AxisType.Explicit, AxisType.Auto):
+        for lname, (shape, names, xspec, pspec) in layouts.items():
+            m = mesh(shape, names, kind)
+            args = (put(m, x, xspec), put(m, s, pspec), put(m, bi, pspec), put(m, ct, xspec))
+            for op, fn in fns.items():
+                ref = jax.jit(lambda *a, fn=fn: fwd_bwd(fn, *a))(x, s, bi, ct)
+                f = jax.jit(lambda *a, fn=fn: fwd_bwd(fn, *a))
+                got = f(*args)
+                colls = collectives(f.lower(*args).compile().as_text())
+                RESULTS["jit"].append({
+                    "op": op, "layout": lname, "axis_types": str(kind).split(".")[-1],
+                    "fwd": maxdiff(got[0], ref[0]), "dx": maxdiff(got[1], ref[1]),
+                    "dparams": max(maxdiff(got[2], ref[2]), maxdiff(got[3], ref[3])),
+                    "ref_scale": float(max(np.max(np.abs(np.asarray(r))) for r in ref)),
+                    "activation_elements": int(x.size), "collectives": colls,
+                })
+
+
+# ---------------------------------------------------------------- residuals and errors
+def residuals() -> None:
+    m = mesh((8,), ("tp",))
+    xs = P(None, None, "tp")
+
+    def body(x, s, b):
+        for name, fn in (
+            ("layer_norm", lambda x, s, b: jln.layer_norm(x, s, b, axis_name="tp")),
+            ("rms_norm", lambda x, s, b: jln.rms_norm(x, s, axis_name="tp")),
+        ):
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                jax.ad_checkpoint.print_saved_residuals(fn, x, s, b)
+            RESULTS["residuals"][name] = {"local_shape": list(x.shape), "lines": buf.getvalue().splitlines()}
+        return x
+
+    jax.shard_map(body, mesh=m, in_specs=(xs, P("tp"), P("tp")), out_specs=xs)(
+        put(m, X, xs), put(m, S, P("tp")), put(m, BI, P("tp"))
+    )
+
+
+def errors() -> None:
+    def catch(f):
+        try:
+            f()
+        except Exception as e:  # record type and message for the test to check
+            return [type(e).__name__, str(e)]
+        return None
+
+    x = jnp.asarray(X)
+    RESULTS["errors"]["unbound"] = catch(lambda: jln.layer_norm(x, axis_name="tp"))
+    RESULTS["errors"]["unbound_rms_jit"] = catch(lambda: jax.jit(lambda v: jln.rms_norm(v, axis_name="tp"))(x))
+    RESULTS["errors"]["groups_without_name"] = catch(lambda: jln.layer_norm(x, axis_index_groups=[[0, 1]]))
+    RESULTS["errors"]["list_name"] = catch(lambda: jln.layer_norm(x, axis_name=[{}]))
+    RESULTS["errors"]["bad_groups"] = catch(
+        lambda: jax.pmap(lambda v: jln.layer_norm(v, axis_name="i", axis_index_groups=[[0, 1, 2], [3, 4, 5, 6, 7]]), axis_name="i")(
+            jnp.ones((8, 2, 4))
+        )
+    )
+
+
+if __name__ == "__main__":
+    only = sys.argv[1:] or ["shard_map_tp", "shard_map_two_axes", "pmap_groups", "param_grads", "jit_layouts", "residuals", "errors"]
+    for name in only:
+        globals()[name]()
+    print("JLN_DISTRIBUTED_RESULTS " + json.dumps(RESULTS))

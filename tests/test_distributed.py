@@ -1,0 +1,130 @@
+"""Norms over sharded arrays on 8 host CPU devices (shard_map, pmap, jit + NamedSharding).
+
+XLA_FLAGS must be set before JAX initialises, so the measurements run once in a subprocess
+(``tests/_distributed_checks.py``, about a minute on 2 cores) that prints JSON; the tests here
+hold the tolerances. References: the same jln call on the unsharded array and independent
+float64 NumPy formulas.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).with_name("_distributed_checks.py")
+MARK = "JLN_DISTRIBUTED_RESULTS "
+
+
+@pytest.fixture(scope="module")
+def results() -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith(MARK))
+    return json.loads(line[len(MARK):])
+
+
+def _tol(entry: dict) -> float:
+    # float32 rounding: a few ulps of the largest reference value
+    return 2e-6 * max(1.0, entry["ref_scale"])
+
+
+def test_shard_map_matches_unsharded(results: dict) -> None:
+    """Forward and every gradient of each op with the hidden axis split equal the unsharded run."""
+    entries = results["shard_map"]
+    assert {e["op"] for e in entries} >= {
+        "layer_norm", "rms_norm_torch", "rms_norm_seed", "rms_norm_gemma", "add_layer_norm",
+        "add_rms_norm", "adaptive_layer_norm", "layer_norm axis=(-2,-1)",
+    }
+    bad = []
+    for e in entries:
+        for key in ("fwd", "dx", "dresidual", "dscale", "dbias", "demb"):
+            if key in e and not e[key] <= _tol(e) * (4 if key.startswith("d") and key != "dx" else 1):
+                bad.append((e["op"], e["layout"], key, e[key]))
+    assert not bad, bad
+
+
+def test_sharded_layer_norm_keeps_pivot_accuracy(results: dict) -> None:
+    """x = 3e4 + N(0, 1): the merged statistics are as accurate as the unsharded ones."""
+    for e in results["shard_map"]:
+        if "fwd_vs_float64" in e:
+            assert e["fwd_vs_float64"] < 2e-6, e
+            if "unsharded_fwd_vs_float64" in e:
+                assert e["fwd_vs_float64"] <= 2 * e["unsharded_fwd_vs_float64"] + 1e-7, e
+
+
+def test_axis_index_groups_under_pmap(results: dict) -> None:
+    entries = [e for e in results["shard_map"] if e["layout"].startswith("pmap")]
+    assert {e["op"] for e in entries} == {"layer_norm", "rms_norm_seed"}
+    for e in entries:
+        assert e["fwd"] <= _tol(e) and e["dx"] <= _tol(e), e
+
+
+def test_parameter_gradients_under_data_and_sequence_parallelism(results: dict) -> None:
+    """shard_map (check_vma=True) psums parameter gradients over the row axes itself; with
+    check_vma=False (or pmap) the user's psum over the row axes gives the same result; without
+    it the gradients are wrong, so the check can fail."""
+    layouts = {e["layout"]: e for e in results["grads"]}
+    assert set(layouts) == {"dp2_tp4", "dp2_sp4", "sp2_tp4"}
+    for e in layouts.values():
+        tol = 4 * _tol(e)
+        assert e["vma_auto"] <= tol, e
+        assert e["manual_psum"] <= tol, e
+        assert e["no_psum"] > 0.1, e
+
+
+def test_jit_named_sharding_correct_and_never_gathers_the_activation(results: dict) -> None:
+    entries = results["jit"]
+    assert len(entries) == 16
+    for e in entries:
+        tol = _tol(e)
+        assert e["fwd"] <= tol and e["dx"] <= tol and e["dparams"] <= 4 * tol, e
+        for c in e["collectives"]:
+            # a gathered (or all-reduced) activation would move >= one shard of x
+            assert c["elements"] < e["activation_elements"] // 8, (e["op"], e["layout"], c)
+
+
+def test_explicit_hidden_sharding_uses_one_collective_each_way(results: dict) -> None:
+    for e in results["jit"]:
+        if e["axis_types"] != "Explicit" or "hidden" not in e["layout"]:
+            continue
+        ops = [c["op"] for c in e["collectives"]]
+        if e["op"] == "layer_norm":
+            assert ops.count("all-gather") == 1 and ops.count("reduce-scatter") == 1, e
+        else:
+            assert "all-gather" not in ops and "reduce-scatter" not in ops, e
+
+
+def test_shard_map_collectives(results: dict) -> None:
+    h = {k: [c["op"] for c in v] for k, v in results["hlo_shard_map"].items()}
+    assert h["layer_norm_fwd"] == ["all-gather"]
+    assert sorted(h["layer_norm"]) == ["all-gather", "reduce-scatter"]
+    assert h["rms_norm_torch_fwd"] == ["all-reduce"]
+    assert h["rms_norm_torch"] == ["all-reduce"]
+
+
+def test_reverse_mode_saves_only_x_and_row_statistics(results: dict) -> None:
+    for r in results["residuals"].values():
+        local = "f32[" + ",".join(map(str, r["local_shape"])) + "]"
+        full_size = [ln for ln in r["lines"] if ln.startswith(local)]
+        assert len(full_size) == 1 and "from the argument x" in full_size[0], r
+        assert any("jln.rstd" in ln for ln in r["lines"]), r
+        assert len(r["lines"]) <= 4, r
+    assert any("jln.shard_stats" in ln for ln in results["residuals"]["layer_norm"]["lines"])
+
+
+def test_errors(results: dict) -> None:
+    err = results["errors"]
+    assert err["unbound"][0] == "NameError" and "shard_map" in err["unbound"][1]
+    assert err["unbound_rms_jit"][0] == "NameError" and "axis_name=None" in err["unbound_rms_jit"][1]
+    assert err["groups_without_name"][0] == "ValueError"
+    assert err["list_name"][0] == "TypeError"
+    assert err["bad_groups"][0] == "ValueError" and "equal groups" in err["bad_groups"][1]
