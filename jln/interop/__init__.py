@@ -221,10 +221,12 @@ def to_torch_state_dict(variables: Any, module: Any = None) -> dict[str, Any]:
                 f"{type(variables).__name__}."
             )
         module = variables
-        params = nnx.to_pure_dict(nnx.state(module, nnx.Param))
+        params: Mapping[str, Any] = nnx.to_pure_dict(nnx.state(module, nnx.Param))
     else:
         if not isinstance(variables, Mapping):
-            raise TypeError(f"{fn}: `variables` must be a dict; received {type(variables).__name__}.")
+            raise TypeError(
+                f"{fn}: `variables` must be a dict; received {type(variables).__name__}."
+            )
         params = variables["params"] if "params" in variables else variables
     layout = _layout_of(module, fn)
     try:

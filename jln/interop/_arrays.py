@@ -35,7 +35,7 @@ def to_jax(t: Any, name: str, fn: str) -> jax.Array:
         )
     if not t.is_floating_point():
         raise TypeError(f"{fn}: parameter `{name}` has non-floating dtype {t.dtype}.")
-    if t.dtype == torch.float64 and not jax.config.jax_enable_x64:
+    if t.dtype == torch.float64 and jax.dtypes.canonicalize_dtype(jnp.float64) != jnp.float64:
         raise ValueError(
             f"{fn}: parameter `{name}` is float64 but JAX's 64-bit mode is off, so it would be "
             f"silently rounded to float32. Enable it with jax.config.update('jax_enable_x64', "

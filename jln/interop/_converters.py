@@ -78,7 +78,9 @@ def _torch_nn(name: str) -> Callable[[Any], bool]:
     return recognise
 
 
-def _named(names: tuple[str, ...], attrs: tuple[str, ...], package: str | None = None) -> Callable[[Any], bool]:
+def _named(
+    names: tuple[str, ...], attrs: tuple[str, ...], package: str | None = None
+) -> Callable[[Any], bool]:
     """Class name in ``names``, every attribute in ``attrs`` present, optionally defined in
     ``package`` (for a generic name such as diffusers' ``RMSNorm``)."""
 
@@ -142,7 +144,9 @@ def _one_axis_weight(m: Any, fn: str) -> int:
     w = m.weight
     if w is None or w.ndim != 1:
         raise _unsupported(
-            m, fn, f"expected a 1-D `weight`, found shape {None if w is None else tuple(w.shape)}",
+            m,
+            fn,
+            f"expected a 1-D `weight`, found shape {None if w is None else tuple(w.shape)}",
             "These classes normalize over the last axis only; use a 1-D weight.",
         )
     return int(w.shape[0])
@@ -175,7 +179,9 @@ def _sd_encoder_layer(p: Params) -> dict[str, Any]:
     sa = p["self_attn"]
     qkv = [sa[n] for n in ("query", "key", "value")]
     return {
-        "self_attn.in_proj_weight": jnp.concatenate([jnp.asarray(t["kernel"]).T for t in qkv], axis=0),
+        "self_attn.in_proj_weight": jnp.concatenate(
+            [jnp.asarray(t["kernel"]).T for t in qkv], axis=0
+        ),
         "self_attn.in_proj_bias": jnp.concatenate([t["bias"] for t in qkv], axis=0),
         **_sd_linear(sa["out"], "self_attn.out_proj."),
         **_sd_linear(p["linear1"], "linear1."),
@@ -204,8 +210,13 @@ LAYOUTS: dict[str, Layout] = {
 def _conv_layer_norm(m: Any, fn: str) -> tuple[Spec, Params]:
     shape = tuple(int(s) for s in m.normalized_shape)
     p = _affine(m, fn)
-    opts = dict(eps=float(m.eps), axis=_axis(shape), use_scale="scale" in p, use_bias="bias" in p,
-                param_dtype=_param_dtype(p))
+    opts = dict(
+        eps=float(m.eps),
+        axis=_axis(shape),
+        use_scale="scale" in p,
+        use_bias="bias" in p,
+        param_dtype=_param_dtype(p),
+    )
     return Spec("LayerNorm", {}, (_features(shape),), opts), p
 
 
@@ -213,8 +224,13 @@ def _conv_torch_rms(m: Any, fn: str) -> tuple[Spec, Params]:
     shape = tuple(int(s) for s in m.normalized_shape)
     p = _affine(m, fn)
     # eps=None stays None: jln's "torch" convention applies torch's finfo rule per input dtype
-    opts = dict(eps=None if m.eps is None else float(m.eps), convention="torch", axis=_axis(shape),
-                use_scale="scale" in p, param_dtype=_param_dtype(p))
+    opts = dict(
+        eps=None if m.eps is None else float(m.eps),
+        convention="torch",
+        axis=_axis(shape),
+        use_scale="scale" in p,
+        param_dtype=_param_dtype(p),
+    )
     return Spec("RMSNorm", {}, (_features(shape),), opts), p
 
 
@@ -222,8 +238,13 @@ def _hf_rms(convention: str, eps_attr: str) -> Callable[[Any, str], tuple[Spec, 
     def convert(m: Any, fn: str) -> tuple[Spec, Params]:
         d = _one_axis_weight(m, fn)
         p = {"scale": to_jax(m.weight, "weight", fn)}
-        opts = dict(eps=float(getattr(m, eps_attr)), convention=convention, axis=-1, use_scale=True,
-                    param_dtype=_param_dtype(p))
+        opts = dict(
+            eps=float(getattr(m, eps_attr)),
+            convention=convention,
+            axis=-1,
+            use_scale=True,
+            param_dtype=_param_dtype(p),
+        )
         return Spec("RMSNorm", {}, (d,), opts), p
 
     return convert
@@ -233,22 +254,36 @@ def _conv_diffusers_rms(m: Any, fn: str) -> tuple[Spec, Params]:
     dim = tuple(int(s) for s in m.dim)
     if len(dim) != 1:
         raise _unsupported(
-            m, fn, f"dim={dim} has several axes but diffusers reduces over the last axis only",
+            m,
+            fn,
+            f"dim={dim} has several axes but diffusers reduces over the last axis only",
             "Use a 1-D dim.",
         )
     p = _affine(m, fn)
-    opts = dict(eps=float(m.eps), convention="diffusers", axis=-1, use_scale="scale" in p,
-                use_bias="bias" in p, param_dtype=_param_dtype(p))
+    opts = dict(
+        eps=float(m.eps),
+        convention="diffusers",
+        axis=-1,
+        use_scale="scale" in p,
+        use_bias="bias" in p,
+        param_dtype=_param_dtype(p),
+    )
     return Spec("RMSNorm", {}, (dim[0],), opts), p
 
 
 def _plain_norm_eps(m: Any, norm: Any, fn: str) -> float:
     """eps of a diffusers LayerNorm / FP32LayerNorm without affine (an adaLN-Zero's norm)."""
-    ok = (type(norm).__name__ in ("LayerNorm", "FP32LayerNorm") and len(norm.normalized_shape) == 1
-          and getattr(norm, "weight", None) is None and getattr(norm, "bias", None) is None)
+    ok = (
+        type(norm).__name__ in ("LayerNorm", "FP32LayerNorm")
+        and len(norm.normalized_shape) == 1
+        and getattr(norm, "weight", None) is None
+        and getattr(norm, "bias", None) is None
+    )
     if not ok:
         raise _unsupported(
-            m, fn, f"its norm is {type(norm).__name__}, expected a LayerNorm without affine",
+            m,
+            fn,
+            f"its norm is {type(norm).__name__}, expected a LayerNorm without affine",
             "Only norm_type='layer_norm' / 'fp32_layer_norm' are supported.",
         )
     return float(norm.eps)
@@ -258,7 +293,9 @@ def _ada_zero(k: int) -> Callable[[Any, str], tuple[Spec, Params]]:
     def convert(m: Any, fn: str) -> tuple[Spec, Params]:
         if getattr(m, "emb", None) is not None:
             raise _unsupported(
-                m, fn, "it embeds timesteps and labels itself (num_embeddings was set)",
+                m,
+                fn,
+                "it embeds timesteps and labels itself (num_embeddings was set)",
                 "Convert the embedding separately, build AdaLayerNormZero(embedding_dim) and call "
                 "the jln module with the embedded condition: (x, emb).",
             )
@@ -268,8 +305,9 @@ def _ada_zero(k: int) -> Callable[[Any, str], tuple[Spec, Params]]:
         if lin.out_features != k * d:
             raise _unsupported(m, fn, f"linear.out_features={lin.out_features} != {k}*{d}", "")
         p = {"linear": _linear(lin, fn, "linear.")}
-        opts = dict(num_chunks=k, eps=eps, use_bias=lin.bias is not None,
-                    param_dtype=_param_dtype(p))
+        opts = dict(
+            num_chunks=k, eps=eps, use_bias=lin.bias is not None, param_dtype=_param_dtype(p)
+        )
         return Spec("AdaLNZero", {"features": d}, (int(lin.in_features), d), opts), p
 
     return convert
@@ -283,19 +321,32 @@ def _conv_ada_continuous(m: Any, fn: str) -> tuple[Spec, Params]:
     elif name == "RMSNorm" and hasattr(norm, "dim") and len(norm.dim) == 1:
         norm_type, d, eps = "rms_norm", int(norm.dim[0]), float(norm.eps)
     else:
-        raise _unsupported(m, fn, f"its norm is {name}", "Only norm_type 'layer_norm' and 'rms_norm'.")
+        raise _unsupported(
+            m, fn, f"its norm is {name}", "Only norm_type 'layer_norm' and 'rms_norm'."
+        )
     affine = getattr(norm, "weight", None) is not None
     use_bias = lin.bias is not None
-    if norm_type == "layer_norm" and affine and (getattr(norm, "bias", None) is not None) != use_bias:
+    if (
+        norm_type == "layer_norm"
+        and affine
+        and (getattr(norm, "bias", None) is not None) != use_bias
+    ):
         raise _unsupported(
-            m, fn, "its LayerNorm bias and its linear bias disagree (diffusers sets both from `bias`)",
+            m,
+            fn,
+            "its LayerNorm bias and its linear bias disagree (diffusers sets both from `bias`)",
             "Give both a bias or neither.",
         )
     p: Params = {"linear": _linear(lin, fn, "linear.")}
     if affine:
         p["norm"] = _affine(norm, fn, "norm.")
-    opts = dict(eps=eps, elementwise_affine=affine, use_bias=use_bias, norm_type=norm_type,
-                param_dtype=_param_dtype(p))
+    opts = dict(
+        eps=eps,
+        elementwise_affine=affine,
+        use_bias=use_bias,
+        norm_type=norm_type,
+        param_dtype=_param_dtype(p),
+    )
     return Spec("AdaLNContinuous", {"features": d}, (int(lin.in_features), d), opts), p
 
 
@@ -305,7 +356,9 @@ def _activation_name(m: Any, fn: str) -> str:
     act = m.activation
     if act is torch.nn.functional.relu or type(act) is torch.nn.ReLU:
         return "relu"
-    if act is torch.nn.functional.gelu or (type(act) is torch.nn.GELU and act.approximate == "none"):
+    if act is torch.nn.functional.gelu or (
+        type(act) is torch.nn.GELU and act.approximate == "none"
+    ):
         return "gelu"
     raise _unsupported(m, fn, f"activation {act!r}", "Supported: 'relu' and exact 'gelu'.")
 
@@ -314,12 +367,18 @@ def _conv_encoder_layer(m: Any, fn: str) -> tuple[Spec, Params]:
     sa = m.self_attn
     checks = [
         (sa._qkv_same_embed_dim, "query, key and value have different embedding sizes"),
-        (sa.in_proj_bias is not None and m.linear1.bias is not None, "it was built with bias=False"),
+        (
+            sa.in_proj_bias is not None and m.linear1.bias is not None,
+            "it was built with bias=False",
+        ),
         (sa.bias_k is None and sa.bias_v is None, "self_attn has add_bias_kv=True"),
         (not sa.add_zero_attn, "self_attn has add_zero_attn=True"),
         (m.norm1.weight is not None and m.norm2.weight is not None, "its LayerNorms lack weights"),
         (m.norm1.eps == m.norm2.eps, f"norm1.eps={m.norm1.eps} != norm2.eps={m.norm2.eps}"),
-        (len({m.dropout.p, m.dropout1.p, m.dropout2.p, sa.dropout}) == 1, "its dropout rates differ"),
+        (
+            len({m.dropout.p, m.dropout1.p, m.dropout2.p, sa.dropout}) == 1,
+            "its dropout rates differ",
+        ),
     ]
     for ok, why in checks:
         if not ok:
@@ -329,12 +388,16 @@ def _conv_encoder_layer(m: Any, fn: str) -> tuple[Spec, Params]:
     b_q, b_k, b_v = sa.in_proj_bias.chunk(3, dim=0)
 
     def proj(w: Any, b: Any, name: str) -> Params:
-        return {"kernel": to_jax(w, f"self_attn.in_proj_weight[{name}]", fn).T,
-                "bias": to_jax(b, f"self_attn.in_proj_bias[{name}]", fn)}
+        return {
+            "kernel": to_jax(w, f"self_attn.in_proj_weight[{name}]", fn).T,
+            "bias": to_jax(b, f"self_attn.in_proj_bias[{name}]", fn),
+        }
 
     p = {
         "self_attn": {
-            "query": proj(w_q, b_q, "q"), "key": proj(w_k, b_k, "k"), "value": proj(w_v, b_v, "v"),
+            "query": proj(w_q, b_q, "q"),
+            "key": proj(w_k, b_k, "k"),
+            "value": proj(w_v, b_v, "v"),
             "out": _linear(sa.out_proj, fn, "self_attn.out_proj."),
         },
         "linear1": _linear(m.linear1, fn, "linear1."),
@@ -342,10 +405,15 @@ def _conv_encoder_layer(m: Any, fn: str) -> tuple[Spec, Params]:
         "norm1": _affine(m.norm1, fn, "norm1."),
         "norm2": _affine(m.norm2, fn, "norm2."),
     }
-    opts = dict(dim_feedforward=int(m.linear1.out_features), dropout=float(m.dropout.p),
-                activation=_activation_name(m, fn), layer_norm_eps=float(m.norm1.eps),
-                norm_first=bool(m.norm_first), batch_first=bool(sa.batch_first),
-                param_dtype=_param_dtype(p))
+    opts = dict(
+        dim_feedforward=int(m.linear1.out_features),
+        dropout=float(m.dropout.p),
+        activation=_activation_name(m, fn),
+        layer_norm_eps=float(m.norm1.eps),
+        norm_first=bool(m.norm_first),
+        batch_first=bool(sa.batch_first),
+        param_dtype=_param_dtype(p),
+    )
     sizes = (d, int(sa.num_heads))
     return Spec("TransformerEncoderLayer", {"d_model": d, "nhead": sizes[1]}, sizes, opts), p
 
@@ -353,43 +421,100 @@ def _conv_encoder_layer(m: Any, fn: str) -> tuple[Spec, Params]:
 def _conv_linear(m: Any, fn: str) -> tuple[Spec, Params]:
     p = _linear(m, fn)
     opts = dict(use_bias="bias" in p, param_dtype=_param_dtype(p))
-    return (Spec("Dense", {"features": int(m.out_features)}, (int(m.in_features), int(m.out_features)),
-                 opts, namespace="flax", nnx_cls="Linear"), p)
+    return (
+        Spec(
+            "Dense",
+            {"features": int(m.out_features)},
+            (int(m.in_features), int(m.out_features)),
+            opts,
+            namespace="flax",
+            nnx_cls="Linear",
+        ),
+        p,
+    )
 
 
 _LLAMA = ("LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm")
 _GEMMA = ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm")
 
 CONVERTERS: tuple[Converter, ...] = (
-    Converter("torch.nn.LayerNorm", "LayerNorm", _torch_nn("LayerNorm"), _conv_layer_norm,
-              LAYOUTS["LayerNorm"]),
-    Converter("torch.nn.RMSNorm", "RMSNorm(convention='torch')", _torch_nn("RMSNorm"),
-              _conv_torch_rms, LAYOUTS["RMSNorm"]),
-    Converter("torch.nn.TransformerEncoderLayer", "TransformerEncoderLayer",
-              _torch_nn("TransformerEncoderLayer"), _conv_encoder_layer,
-              LAYOUTS["TransformerEncoderLayer"]),
-    Converter("torch.nn.Linear", "flax Dense (linen) / nnx.Linear", _torch_nn("Linear"),
-              _conv_linear, LAYOUTS["Dense"]),
-    Converter("transformers " + " / ".join(_LLAMA), "RMSNorm(convention='llama')",
-              _named(_LLAMA, ("weight", "variance_epsilon")), _hf_rms("llama", "variance_epsilon"),
-              LAYOUTS["RMSNorm"]),
-    Converter("transformers " + " / ".join(_GEMMA), "RMSNorm(convention='gemma')",
-              _named(_GEMMA, ("weight", "eps")), _hf_rms("gemma", "eps"), LAYOUTS["RMSNorm"]),
-    Converter("transformers T5LayerNorm", "RMSNorm(convention='t5')",
-              _named(("T5LayerNorm",), ("weight", "variance_epsilon")),
-              _hf_rms("t5", "variance_epsilon"), LAYOUTS["RMSNorm"]),
-    Converter("diffusers RMSNorm", "RMSNorm(convention='diffusers')",
-              _named(("RMSNorm",), ("weight", "bias", "eps", "dim"), package="diffusers"),
-              _conv_diffusers_rms, LAYOUTS["RMSNorm"]),
-    Converter("diffusers AdaLayerNormZero (num_embeddings=None)", "AdaLNZero(num_chunks=6)",
-              _named(("AdaLayerNormZero",), ("linear", "norm", "emb")), _ada_zero(6),
-              LAYOUTS["AdaLNZero"]),
-    Converter("diffusers AdaLayerNormZeroSingle", "AdaLNZero(num_chunks=3)",
-              _named(("AdaLayerNormZeroSingle",), ("linear", "norm")), _ada_zero(3),
-              LAYOUTS["AdaLNZero"]),
-    Converter("diffusers AdaLayerNormContinuous", "AdaLNContinuous",
-              _named(("AdaLayerNormContinuous",), ("linear", "norm")), _conv_ada_continuous,
-              LAYOUTS["AdaLNContinuous"]),
+    Converter(
+        "torch.nn.LayerNorm",
+        "LayerNorm",
+        _torch_nn("LayerNorm"),
+        _conv_layer_norm,
+        LAYOUTS["LayerNorm"],
+    ),
+    Converter(
+        "torch.nn.RMSNorm",
+        "RMSNorm(convention='torch')",
+        _torch_nn("RMSNorm"),
+        _conv_torch_rms,
+        LAYOUTS["RMSNorm"],
+    ),
+    Converter(
+        "torch.nn.TransformerEncoderLayer",
+        "TransformerEncoderLayer",
+        _torch_nn("TransformerEncoderLayer"),
+        _conv_encoder_layer,
+        LAYOUTS["TransformerEncoderLayer"],
+    ),
+    Converter(
+        "torch.nn.Linear",
+        "flax Dense (linen) / nnx.Linear",
+        _torch_nn("Linear"),
+        _conv_linear,
+        LAYOUTS["Dense"],
+    ),
+    Converter(
+        "transformers " + " / ".join(_LLAMA),
+        "RMSNorm(convention='llama')",
+        _named(_LLAMA, ("weight", "variance_epsilon")),
+        _hf_rms("llama", "variance_epsilon"),
+        LAYOUTS["RMSNorm"],
+    ),
+    Converter(
+        "transformers " + " / ".join(_GEMMA),
+        "RMSNorm(convention='gemma')",
+        _named(_GEMMA, ("weight", "eps")),
+        _hf_rms("gemma", "eps"),
+        LAYOUTS["RMSNorm"],
+    ),
+    Converter(
+        "transformers T5LayerNorm",
+        "RMSNorm(convention='t5')",
+        _named(("T5LayerNorm",), ("weight", "variance_epsilon")),
+        _hf_rms("t5", "variance_epsilon"),
+        LAYOUTS["RMSNorm"],
+    ),
+    Converter(
+        "diffusers RMSNorm",
+        "RMSNorm(convention='diffusers')",
+        _named(("RMSNorm",), ("weight", "bias", "eps", "dim"), package="diffusers"),
+        _conv_diffusers_rms,
+        LAYOUTS["RMSNorm"],
+    ),
+    Converter(
+        "diffusers AdaLayerNormZero (num_embeddings=None)",
+        "AdaLNZero(num_chunks=6)",
+        _named(("AdaLayerNormZero",), ("linear", "norm", "emb")),
+        _ada_zero(6),
+        LAYOUTS["AdaLNZero"],
+    ),
+    Converter(
+        "diffusers AdaLayerNormZeroSingle",
+        "AdaLNZero(num_chunks=3)",
+        _named(("AdaLayerNormZeroSingle",), ("linear", "norm")),
+        _ada_zero(3),
+        LAYOUTS["AdaLNZero"],
+    ),
+    Converter(
+        "diffusers AdaLayerNormContinuous",
+        "AdaLNContinuous",
+        _named(("AdaLayerNormContinuous",), ("linear", "norm")),
+        _conv_ada_continuous,
+        LAYOUTS["AdaLNContinuous"],
+    ),
 )
 
 
