@@ -85,8 +85,10 @@ def expand_condition(c: Any, x_shape: tuple[int, ...], name: str, fn: str) -> Ar
     _checks.check_floating(c, fn, name)
     c = jnp.asarray(c)
     shape = tuple(c.shape)
-    if shape == tuple(x_shape) or (c.ndim == 1 and shape == tuple(x_shape[-1:])):
+    if shape == tuple(x_shape):
         return c
+    if c.ndim == 1 and shape == tuple(x_shape[-1:]):
+        return c.reshape((1,) * (len(x_shape) - 1) + shape)  # explicit rank: no rank promotion
     if c.ndim == len(x_shape) and all(s in (1, xs) for s, xs in zip(shape, x_shape, strict=True)):
         return c  # already broadcastable, e.g. [B, 1, D]
     nd = len(x_shape)
