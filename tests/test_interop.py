@@ -427,3 +427,13 @@ def test_transformer_encoder_layer_bf16() -> None:
     y = lin.apply(variables, _jax(x))
     p = parity(y, expected)
     assert p["rel"] <= 2.0**-5, p
+
+
+def test_ada_continuous_float32_condition_with_bf16_module() -> None:
+    """diffusers casts SiLU(cond) to x's dtype (HunyuanDiT passes a float32 condition)."""
+    case = CASE_BY_ID["AdaLayerNormContinuous"]
+    m, x, c = _build(case, "bf16")
+    c = c.float() + 0.01 * torch.randn(c.shape, generator=torch.Generator().manual_seed(9))
+    expected = _torch_out(case, m, x, c)
+    for outs in _jln_outs(m, x, c).values():
+        assert_same(outs, expected, BF16)
