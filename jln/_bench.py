@@ -480,13 +480,18 @@ def run(cfg: Config, progress: Callable[[str], None] | None = None) -> dict[str,
     """Run the sweep ``cfg`` describes; return the report (``device``, ``versions``, ``results``...)."""
     runner = _Runner(cfg, progress)
     t0 = time.perf_counter()
+    interrupted = False
     with standard_promotion():
-        runner.run()
+        try:
+            runner.run()
+        except KeyboardInterrupt:  # Ctrl-C or a timeout's SIGTERM: keep what was measured
+            interrupted = True
     return {
         "device": device_info(runner.torch_device),
         "versions": versions(),
         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(cfg).items()},
         "wall_s": time.perf_counter() - t0,
+        "interrupted": interrupted,
         "results": runner.results,
         "skipped": runner.skipped,
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -134,6 +135,19 @@ class Progress:
         self.stream.flush()
 
 
+def _sigterm_interrupts() -> Any:
+    """Make SIGTERM (e.g. from ``timeout``) stop the sweep like Ctrl-C, so partial results are
+    still written. Returns the previous handler, or None off the main thread."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        return None
+
+
 def config_from_args(args: argparse.Namespace) -> _bench.Config:
     base: dict[str, Any] = dict(QUICK) if args.quick else {}
     for name in ("ops", "impls", "dtypes", "directions", "widths", "rows", "elements", "reps", "warmup",
@@ -160,7 +174,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     cfg = config_from_args(args)
     progress = None if args.quiet else Progress(_bench.count_cases(cfg))
-    report = _bench.run(cfg, progress)
+    previous = _sigterm_interrupts()
+    try:
+        report = _bench.run(cfg, progress)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    if report["interrupted"]:
+        print("jln bench: interrupted; writing the cases measured so far", file=sys.stderr)
     if progress is not None:
         progress.close()
     command = "jln bench " + shlex.join(argv)
