@@ -140,6 +140,7 @@ class LayerNormConfig:
     dtype: Any = None
     impl: str = "auto"
     monitor: bool = False
+    axis_name: Any = None  # distributed: mesh axis splitting the normalized axes
 
     def __post_init__(self) -> None:
         _checks.check_eps(self.eps, "jln LayerNorm")
@@ -158,7 +159,10 @@ def layer_norm_specs(cfg: LayerNormConfig, features: tuple[int, ...]) -> dict[st
 def apply_layer_norm(params: Params, x: Array, cfg: LayerNormConfig) -> tuple[Array, Stats]:
     """``jln.layer_norm(x, scale, bias)`` with the module's dtype rule and monitor."""
     xi = _cast_in(x, cfg.dtype)
-    y = layer_norm(xi, params.get("scale"), params.get("bias"), axis=cfg.axis, eps=cfg.eps, impl=cfg.impl)
+    y = layer_norm(
+        xi, params.get("scale"), params.get("bias"), axis=cfg.axis, eps=cfg.eps, impl=cfg.impl,
+        axis_name=cfg.axis_name,
+    )
     y = _cast_out(y, cfg.dtype)
     return y, _record(cfg.monitor, xi, y, cfg.axis, "jln LayerNorm")
 
@@ -176,6 +180,7 @@ class RMSNormConfig:
     dtype: Any = None
     impl: str = "auto"
     monitor: bool = False
+    axis_name: Any = None  # distributed: mesh axis splitting the normalized axes
 
     def __post_init__(self) -> None:
         fn = "jln RMSNorm"
@@ -211,7 +216,7 @@ def apply_rms_norm(params: Params, x: Array, cfg: RMSNormConfig) -> tuple[Array,
     xi = _cast_in(x, cfg.dtype)
     y = rms_norm(
         xi, params.get("scale"), axis=cfg.axis, eps=cfg.eps, convention=cfg.convention,
-        bias=params.get("bias"), impl=cfg.impl,
+        bias=params.get("bias"), impl=cfg.impl, axis_name=cfg.axis_name,
     )
     y = _cast_out(y, cfg.dtype)
     return y, _record(cfg.monitor, xi, y, cfg.axis, "jln RMSNorm")

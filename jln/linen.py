@@ -85,6 +85,9 @@ class LayerNorm(nn.Module):
       param_dtype: dtype of the parameters (float32).
       impl: ``"auto"``, ``"xla"`` or ``"pallas"``, as :func:`jln.layer_norm`.
       monitor: sow per-row statistics into ``"intermediates"``.
+      axis_name: inside ``jax.shard_map``/``jax.pmap``, the mesh axis over which the
+        normalized axis is split (tensor parallelism); parameters are then the local blocks.
+        See :func:`jln.layer_norm`. The monitor's statistics stay per device.
 
     Returns (``__call__(x)``): array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
 
@@ -108,6 +111,7 @@ class LayerNorm(nn.Module):
     param_dtype: Any = jnp.float32
     impl: str = "auto"
     monitor: bool = False
+    axis_name: Any = None
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
@@ -132,7 +136,7 @@ class RMSNorm(nn.Module):
       axis: axis or axes to normalize over.
       use_scale: learnable ``scale``.
       use_bias: learnable ``bias`` (``convention="diffusers"`` only).
-      dtype, param_dtype, impl, monitor: as :class:`LayerNorm`. With ``dtype=None`` the output
+      dtype, param_dtype, impl, monitor, axis_name: as :class:`LayerNorm`. With ``dtype=None`` the output
         dtype is the convention's (``"llama"``: bf16 x with float32 scale gives float32).
 
     Returns (``__call__(x)``): array of ``x.shape``.
@@ -159,6 +163,7 @@ class RMSNorm(nn.Module):
     param_dtype: Any = jnp.float32
     impl: str = "auto"
     monitor: bool = False
+    axis_name: Any = None
 
     @nn.compact
     def __call__(self, x: Array) -> Array:

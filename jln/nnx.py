@@ -75,7 +75,7 @@ class LayerNorm(nnx.Module):
 
     Args:
       num_features: shape of ``x`` at ``axis`` (an int for one axis).
-      eps, axis, use_scale, use_bias, dtype, param_dtype, impl, monitor: as
+      eps, axis, use_scale, use_bias, dtype, param_dtype, impl, monitor, axis_name: as
         :class:`jln.linen.LayerNorm`.
       rngs: unused (the parameters start at ones and zeros); accepted for uniformity.
 
@@ -103,11 +103,13 @@ class LayerNorm(nnx.Module):
         param_dtype: Any = jnp.float32,
         impl: str = "auto",
         monitor: bool = False,
+        axis_name: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         fn = "jln.nnx.LayerNorm"
         self.cfg = M.LayerNormConfig(
-            eps=eps, axis=axis, use_scale=use_scale, use_bias=use_bias, dtype=dtype, impl=impl, monitor=monitor
+            eps=eps, axis=axis, use_scale=use_scale, use_bias=use_bias, dtype=dtype, impl=impl, monitor=monitor,
+            axis_name=axis_name,
         )
         self.num_features = M.feature_shape(num_features, fn)
         self._specs = M.layer_norm_specs(self.cfg, self.num_features)
@@ -126,8 +128,8 @@ class RMSNorm(nnx.Module):
 
     Args:
       num_features: shape of ``x`` at ``axis`` (an int for one axis).
-      eps, convention, axis, use_scale, use_bias, dtype, param_dtype, impl, monitor: as
-        :class:`jln.linen.RMSNorm`.
+      eps, convention, axis, use_scale, use_bias, dtype, param_dtype, impl, monitor, axis_name:
+        as :class:`jln.linen.RMSNorm`.
       rngs: unused; accepted for uniformity.
 
     Returns (``__call__(x)``): array of ``x.shape``, dtype by the convention (or ``dtype``).
@@ -155,12 +157,13 @@ class RMSNorm(nnx.Module):
         param_dtype: Any = jnp.float32,
         impl: str = "auto",
         monitor: bool = False,
+        axis_name: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         fn = "jln.nnx.RMSNorm"
         self.cfg = M.RMSNormConfig(
             eps=eps, convention=convention, axis=axis, use_scale=use_scale, use_bias=use_bias,
-            dtype=dtype, impl=impl, monitor=monitor,
+            dtype=dtype, impl=impl, monitor=monitor, axis_name=axis_name,
         )
         self.num_features = M.feature_shape(num_features, fn)
         self._specs = M.rms_norm_specs(self.cfg, self.num_features)

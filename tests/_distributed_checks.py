@@ -272,6 +272,32 @@ def jit_layouts() -> None:
                 })
 
 
+# ---------------------------------------------------------------- Flax modules
+def modules() -> None:
+    from jln import linen as jnn
+    from jln import nnx as jnnx
+
+    m = mesh((8,), ("tp",))
+    xs = P(None, None, "tp")
+    x, s, b = put(m, X, xs), put(m, S, P("tp")), put(m, BI, P("tp"))
+    lin = jnn.LayerNorm(axis_name="tp")
+    f = jax.shard_map(lambda x, s, b: lin.apply({"params": {"scale": s, "bias": b}}, x),
+                      mesh=m, in_specs=(xs, P("tp"), P("tp")), out_specs=xs)
+    ref = jln.layer_norm(jnp.asarray(X), S, BI)
+    RESULTS["shard_map"].append({"op": "linen.LayerNorm", "layout": "shard_map tp=8 (hidden split)",
+                                 "fwd": maxdiff(f(x, s, b), ref), "ref_scale": float(np.max(np.abs(np.asarray(ref))))})
+
+    def g(x, s):
+        mod = jnnx.RMSNorm(D // 8, axis_name="tp")
+        mod.scale.value = s
+        return mod(x)
+
+    f = jax.shard_map(g, mesh=m, in_specs=(xs, P("tp")), out_specs=xs)
+    ref = jln.rms_norm(jnp.asarray(X), S)
+    RESULTS["shard_map"].append({"op": "nnx.RMSNorm", "layout": "shard_map tp=8 (hidden split)",
+                                 "fwd": maxdiff(f(x, s), ref), "ref_scale": float(np.max(np.abs(np.asarray(ref))))})
+
+
 # ---------------------------------------------------------------- residuals and errors
 def residuals() -> None:
     m = mesh((8,), ("tp",))
@@ -314,7 +340,7 @@ def errors() -> None:
 
 
 if __name__ == "__main__":
-    only = sys.argv[1:] or ["shard_map_tp", "shard_map_two_axes", "pmap_groups", "param_grads", "jit_layouts", "residuals", "errors"]
+    only = sys.argv[1:] or ["shard_map_tp", "shard_map_two_axes", "pmap_groups", "param_grads", "jit_layouts", "modules", "residuals", "errors"]
     for name in only:
         globals()[name]()
     print("JLN_DISTRIBUTED_RESULTS " + json.dumps(RESULTS))
