@@ -1,0 +1,161 @@
+"""``jln parity``: exit codes, filters, the JSON schema, and that planted mismatches fail."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import sys
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+pytest.importorskip("torch")
+
+from jln import _registry  # noqa: E402
+from jln.cli import main as jln_main  # noqa: E402
+from jln.cli import parity  # noqa: E402
+
+SMALL = ["--shapes", "3x8,2x2x4:2,0x4", "--no-progress"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = parity.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_small_filtered_run_passes_with_json(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "parity.json"
+    x64_before = jax.config.jax_enable_x64
+    code, out, _ = run(capsys, "--ops", "layer_norm,rms_norm[llama]", "--dtypes", "float32,bf16,f64",
+                       *SMALL, "--json", str(path))
+    assert code == 0, out
+    assert jax.config.jax_enable_x64 == x64_before  # x64 is scoped to the command
+    summary = out.strip().splitlines()[-1]
+    assert summary.startswith("jln parity: ") and " passed, 0 failed, " in summary
+    assert f"jax {jax.__version__}" in summary
+    data = json.loads(path.read_text())
+    assert set(data) >= {"results", "versions", "device", "summary"}
+    assert {"jax", "torch", "jln"} <= set(data["versions"])
+    rows = data["results"]
+    keys = {"op", "dtype", "direction", "shape", "pass", "max_abs_err", "max_ulp", "frac_bitexact",
+            "bound", "torch_err", "output"}
+    assert all(keys <= set(r) for r in rows)
+    assert {r["op"] for r in rows} == {"layer_norm", "rms_norm[llama]"}
+    assert {r["dtype"] for r in rows} == {"float32", "bfloat16", "float64"}
+    assert {r["direction"] for r in rows} == {"fwd", "bwd"}
+    # layer_norm's backward covers dx and both parameter gradients
+    assert {r["output"] for r in rows if r["op"] == "layer_norm" and r["direction"] == "bwd"} == {
+        "d x", "d scale", "d bias"}
+    assert [2, 2, 4] in [r["shape"] for r in rows] and [0, 4] in [r["shape"] for r in rows]
+    assert all(r["pass"] for r in rows)
+    assert data["summary"]["passed"] == len(rows) and data["summary"]["failed"] == 0
+    # the named convention is held to the bf16 bit-exact rule, forward
+    assert any(r["exact_rule"] for r in rows if r["op"] == "rms_norm[llama]" and r["dtype"] == "bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Planted(_registry.Op):
+    """A registry op whose jln side is deliberately wrong."""
+
+    jln_overrides: tuple[tuple[str, Any], ...] = ()
+    add_ulp: bool = False
+
+    def call_jln(self, inputs: dict[str, Any], k: int = 1, **overrides: Any) -> tuple[Any, ...]:
+        out = super().call_jln(inputs, k, **{**overrides, **dict(self.jln_overrides)})
+        if self.add_ulp:
+            frozen = [jax.lax.stop_gradient(o) for o in out]
+            up = [jnp.nextafter(o, jnp.asarray(jnp.inf, o.dtype)) - o for o in frozen]
+            out = tuple(o + u for o, u in zip(out, up, strict=True))  # exactly one ulp up
+        return out
+
+
+@pytest.mark.parametrize(
+    "planted, dtype",
+    [
+        (dataclasses.replace(_Planted(**vars(_registry.BY_NAME["layer_norm"])), jln_overrides=(("eps", 1e-2),)), "float32"),
+        (_Planted(**vars(_registry.BY_NAME["rms_norm[llama]"]), add_ulp=True), "bfloat16"),
+        (_Planted(**vars(_registry.BY_NAME["rms_norm[llama]"]), jln_overrides=(("convention", "torch"),)), "bfloat16"),
+    ],
+    ids=["wrong-eps", "one-ulp", "convention-swapped"],
+)
+def test_planted_mismatch_exits_1(planted: _registry.Op, dtype: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(_registry, "OPS", (planted,))
+    path = tmp_path / "p.json"
+    code, out, _ = run(capsys, "--ops", planted.name, "--dtypes", dtype, "--shapes", "4x64",
+                       "--no-progress", "--no-modules", "--json", str(path))
+    assert code == 1
+    assert "FAIL" in out and planted.name in out and " 0 failed" not in out
+    fwd = [r for r in json.loads(path.read_text())["results"] if r["direction"] == "fwd"]
+    assert fwd and not any(r["pass"] for r in fwd)
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--bogus"], "unrecognized arguments"),
+        (["--ops", "no_such_norm"], "rms_norm[gemma]"),  # lists the valid names
+        (["--dtypes", "int8"], "float32"),
+        (["--shapes", "4xq"], "bad shape"),
+        (["--shapes", "4x8:3"], "k must be"),
+    ],
+)
+def test_usage_errors_exit_2(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert needle in err
+
+
+def test_torch_missing_exits_2_with_install_hint(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    code, _, err = run(capsys, "--ops", "layer_norm")
+    assert code == 2
+    assert "pip install 'jln[torch]'" in err
+
+
+def test_list_and_dispatcher(capsys: pytest.CaptureFixture[str]) -> None:
+    assert jln_main(["parity", "--list"]) == 0
+    out = capsys.readouterr().out
+    for op in _registry.OPS:
+        assert op.name in out
+    assert "module:nn.LayerNorm[linen]" in out
+    assert jln_main(["parity", "--help"]) == 0
+
+
+def test_family_and_glob_filters() -> None:
+    names = [op.name for op in _registry.OPS]
+    fams = {op.name: op.family for op in _registry.OPS}
+    assert parity._select(["rms_norm"], names, fams, "op") == [n for n in names if n.startswith("rms_norm[")]
+    assert parity._select(["add_*"], names, fams, "op") == [n for n in names if n.startswith("add_")]
+    assert parity._select(["rms_norm[t5]"], names, fams, "op") == ["rms_norm[t5]"]
+
+
+def test_module_case_runs_or_skips_with_reason(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "m.json"
+    code, out, _ = run(capsys, "--ops", "module:nn.LayerNorm[linen],module:nn.RMSNorm[nnx]", "--dtypes", "f32",
+                       "--no-progress", "--json", str(path))
+    data = json.loads(path.read_text())
+    assert code == 0, out
+    if data["results"]:
+        assert {r["op"] for r in data["results"]} == {"module:nn.LayerNorm[linen]", "module:nn.RMSNorm[nnx]"}
+        assert {r["direction"] for r in data["results"]} == {"fwd", "bwd"}
+    else:  # jln.interop not in this build: skipped, with the reason
+        assert all(s["reason"] for s in data["skipped"])
+
+
+def test_progress_bar_draws_and_clears(monkeypatch: pytest.MonkeyPatch) -> None:
+    buf = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", buf)
+    bar = parity.Progress(4, enabled=True, width=8)
+    bar.advance()
+    bar.advance()
+    bar.step("layer_norm f32")
+    bar.close()
+    assert "[####....] 2/4 layer_norm f32" in buf.getvalue()
+    quiet = parity.Progress(4, enabled=False)
+    quiet.step("x")
+    assert buf.getvalue().count("2/4") == 1
