@@ -572,7 +572,8 @@ def assert_module_matches_torch(
     """
     what = "assert_module_matches_torch"
     label = name or type(torch_module).__name__
-    if jln_module is None:
+    convert = jln_module is None
+    if convert:
         jln_module = _convert(torch_module, what)
     _, make_jax = _jax_module_fn(jln_module, what)
     base = copy.deepcopy(torch_module).eval()
@@ -581,7 +582,10 @@ def assert_module_matches_torch(
     for dtype, ins in _input_sets(inputs, shapes, ("float32",) if dtypes is None and shapes is not None else dtypes, seed, what):
         cast = dtypes is not None
         tmod = copy.deepcopy(base).to(getattr(torch, dtype)) if cast else base
-        jfn = make_jax(dtype if cast else None)
+        if convert and cast:  # convert the cast module: parameter dtypes as the checkpoint's
+            jfn = _jax_module_fn(_convert(tmod, what), what)[0]
+        else:
+            jfn = make_jax(dtype if cast else None)
         t64 = copy.deepcopy(base).double()
 
         def torch_fn(*a: Any, _m: Any = tmod, _m64: Any = t64, **kw: Any) -> Any:
