@@ -347,7 +347,7 @@ def _one(
 
 
 def _x64() -> bool:
-    return bool(jax.config.jax_enable_x64)
+    return bool(jax.config.jax_enable_x64)  # type: ignore[attr-defined]
 
 
 def _default_dtypes() -> tuple[str, ...]:
@@ -379,7 +379,7 @@ def _input_sets(
     dtypes: Sequence[Any] | None,
     seed: int,
     fn: str,
-) -> list[tuple[str, Sequence[Any] | Mapping[str, Any]]]:
+) -> list[tuple[str, Any]]:
     """(dtype label, inputs) pairs: given inputs as they are or cast, or random ones per dtype."""
     if (inputs is None) == (shapes is None):
         raise TypeError(
@@ -394,7 +394,7 @@ def _input_sets(
         if dtypes is None:
             label = ",".join(sorted({str(v.dtype) for v in vals if _is_float(v.dtype)})) or "-"
             return [(label, dict(zip(keys, vals, strict=True)) if keys else vals)]
-        out = []
+        out: list[tuple[str, Any]] = []
         for d in _check_dtypes(dtypes, fn):
             cast = [_cast(v, d) if _is_float(v.dtype) else v for v in vals]
             out.append((d, dict(zip(keys, cast, strict=True)) if keys else cast))
@@ -479,7 +479,7 @@ def assert_matches_torch(
         float64 without x64, unknown reference).
     """
     fn = "assert_matches_torch"
-    label = name or getattr(jax_fn, "__name__", "fn")
+    label = str(name or getattr(jax_fn, "__name__", "fn"))
     results: list[ParityResult] = []
     for _, ins in _input_sets(inputs, shapes, dtypes, seed, fn):
         results += check_matches_torch(
@@ -489,7 +489,7 @@ def assert_matches_torch(
     return _raise_if_failed(results, reference, label)
 
 
-def _jax_module_fn(module: Any, what: str) -> tuple[Callable[..., Any], Callable[[str], Callable[..., Any]]]:
+def _jax_module_fn(module: Any, what: str) -> tuple[Callable[..., Any], Callable[[str | None], Callable[..., Any]]]:
     """(apply function, a maker of the same function with parameters cast to a dtype)."""
 
     def cast_tree(tree: Any, dtype: str) -> Any:
@@ -503,11 +503,9 @@ def _jax_module_fn(module: Any, what: str) -> tuple[Callable[..., Any], Callable
             return lambda *a: linen_module.apply(v, *a)
 
         return make(None), make
-    try:
-        from flax import nnx
-    except ImportError:  # pragma: no cover - flax is a dependency
-        nnx = None
-    if nnx is not None and isinstance(module, nnx.Module):
+    from flax import nnx
+
+    if isinstance(module, nnx.Module):
         graphdef, state = nnx.split(module)
 
         def make(dtype: str | None) -> Callable[..., Any]:
@@ -579,14 +577,15 @@ def assert_module_matches_torch(
     base = copy.deepcopy(torch_module).eval()
     torch = _torch()
     results: list[ParityResult] = []
-    for dtype, ins in _input_sets(inputs, shapes, ("float32",) if dtypes is None and shapes is not None else dtypes, seed, what):
+    sweep = ("float32",) if dtypes is None and shapes is not None else dtypes
+    for dtype, ins in _input_sets(inputs, shapes, sweep, seed, what):
         cast = dtypes is not None
         tmod = copy.deepcopy(base).to(getattr(torch, dtype)) if cast else base
         if convert and cast:  # convert the cast module: parameter dtypes as the checkpoint's
             jfn = _jax_module_fn(_convert(tmod, what), what)[0]
         else:
             jfn = make_jax(dtype if cast else None)
-        t64 = copy.deepcopy(base).double()
+        t64 = copy.deepcopy(tmod).double()  # the reference sees the same rounded weights
 
         def torch_fn(*a: Any, _m: Any = tmod, _m64: Any = t64, **kw: Any) -> Any:
             first = next(iter(list(a) + list(kw.values())))
