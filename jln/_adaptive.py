@@ -135,7 +135,7 @@ def modulate(x: Array, shift: Array | None, scale: Array | None, *, scale_offset
     mod_dtype = _stats.promote(*dtypes)
     sd = _stats.stats_dtype(mod_dtype)
     with jax.named_scope(fn):
-        y = _layer_norm.modulation_rounded(x.astype(sd), sh, sc, float(scale_offset), mod_dtype)
+        y = _layer_norm.modulation_rounded(x.astype(sd), sh, sc, float(scale_offset), x.dtype)
         return y.astype(mod_dtype)
 
 

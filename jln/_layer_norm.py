@@ -22,17 +22,23 @@ def expand_param(p: Array, ndim: int, axes: tuple[int, ...]) -> Array:
     return p.reshape(shape)
 
 
-def modulation_rounded(y: Array, shift: Array | None, mscale: Array | None, offset: float, mod_dtype: Any) -> Array:
+def modulation_rounded(y: Array, shift: Array | None, mscale: Array | None, offset: float, y_dtype: Any) -> Array:
     """``y * (offset + mscale) + shift`` with an eager framework's rounding after each op.
 
-    ``y`` is already rounded to its own dtype and held in the statistics dtype; the three ops
-    round to ``mod_dtype`` (the promotion of y, shift and scale), as torch does op by op.
+    ``y`` holds values of dtype ``y_dtype`` in the (wider) statistics dtype. As torch
+    evaluates ``x * (1 + scale) + shift`` op by op: ``1 + scale`` rounds to ``scale``'s dtype,
+    the product to the promotion of ``y_dtype`` and ``scale``'s dtype, the sum to the
+    promotion of that and ``shift``'s dtype. Returns values of that last dtype, still held
+    in the statistics dtype.
     """
+    dt = jnp.dtype(y_dtype)
     if mscale is not None:
-        factor = _stats.round_to(offset + mscale.astype(y.dtype), mod_dtype)
-        y = _stats.round_to(y * factor, mod_dtype)
+        factor = _stats.round_to(offset + mscale.astype(y.dtype), mscale.dtype)
+        dt = _stats.promote(dt, mscale.dtype)
+        y = _stats.round_to(y * factor, dt)
     if shift is not None:
-        y = _stats.round_to(y + shift.astype(y.dtype), mod_dtype)
+        dt = _stats.promote(dt, shift.dtype)
+        y = _stats.round_to(y + shift.astype(y.dtype), dt)
     return y
 
 
@@ -88,7 +94,7 @@ def ln_affine(
     if shift is None and mscale is None:
         return y.astype(out_dtype)
     y = _stats.round_to(y, out_dtype)
-    return modulation_rounded(y, shift, mscale, mod_offset, mod_dtype).astype(mod_dtype)
+    return modulation_rounded(y, shift, mscale, mod_offset, out_dtype).astype(mod_dtype)
 
 
 def ln_apply(
@@ -192,9 +198,9 @@ def layer_norm(
       NameError: ``axis_name`` is not bound (outside ``shard_map``/``pmap``).
 
     Example:
-      >>> import jax.numpy as jnp, jln
-      >>> jln.layer_norm(jnp.array([2.0, -1.0, 3.0, 0.0])).round(3)
-      Array([ 0.632, -1.265,  1.265, -0.632], dtype=float32)
+      >>> import jax.numpy as jnp, numpy as np, jln
+      >>> np.asarray(jln.layer_norm(jnp.array([2.0, -1.0, 3.0, 0.0]))).round(3)
+      array([ 0.632, -1.265,  1.265, -0.632], dtype=float32)
 
     Reference: Ba, Kiros and Hinton, "Layer Normalization" (2016).
     """

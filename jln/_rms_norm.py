@@ -97,7 +97,7 @@ def rms_body(
     """
     sd = _stats.stats_dtype(x.dtype)
     x32 = x.astype(sd)
-    static = dict(
+    static: dict[str, Any] = dict(
         scale_dtype=None if scale is None else scale.dtype,
         convention=convention,
         io_dtype=io_dtype,
@@ -283,9 +283,9 @@ def rms_norm(
       NameError: ``axis_name`` is not bound (outside ``shard_map``/``pmap``).
 
     Example:
-      >>> import jax.numpy as jnp, jln
-      >>> jln.rms_norm(jnp.array([3.0, -4.0]), eps=0.0)
-      Array([ 0.8485281, -1.1313709], dtype=float32)
+      >>> import jax.numpy as jnp, numpy as np, jln
+      >>> np.asarray(jln.rms_norm(jnp.array([3.0, -4.0]), eps=0.0)).round(4)  # rms = sqrt(12.5)
+      array([ 0.8485, -1.1314], dtype=float32)
 
     Reference: Zhang and Sennrich, "Root Mean Square Layer Normalization" (2019).
     """
