@@ -634,8 +634,9 @@ def plot(report: dict[str, Any], path: str) -> None:
             if lab not in handles:
                 handles[lab] = h
                 labels.append(lab)
-    fig.legend([handles[lab] for lab in labels], labels, loc="upper center", ncol=min(len(labels), 5), fontsize=8)
-    fig.suptitle(f"jln bench on {report['device']['name']}", y=1.0, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / len(combos) / 3.2 * 1.2))
+    height = fig.get_size_inches()[1]
+    fig.suptitle(f"jln bench on {report['device']['name']}: effective GB/s (higher is better)", fontsize=10)
+    fig.legend([handles[lab] for lab in labels], labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8)
+    fig.tight_layout(rect=(0, 0.6 / height, 1, 1 - 0.35 / height))
     fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)

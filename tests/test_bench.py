@@ -164,3 +164,13 @@ def test_dispatch_from_jln_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert jln_main(["bench", "--widths", "x"]) == 2
     assert jln_main(["bench", "--help"]) == 0
     assert "--quick" in capsys.readouterr().out
+
+
+def test_rerender_from_json(tiny_report: dict, tmp_path: object) -> None:
+    import pathlib
+
+    d = pathlib.Path(tiny_report["_dir"])
+    md = pathlib.Path(str(tmp_path)) / "again.md"
+    assert cli.main(["--from-json", str(d / "r.json"), "--md", str(md)]) == 0
+    assert md.read_text() == (d / "r.md").read_text()
+    assert cli.main(["--from-json", str(d / "missing.json"), "--md", str(md)]) == 2

@@ -99,7 +99,8 @@ def _parser() -> _Parser:
     p.add_argument("--json", metavar="PATH", help="write the full report as JSON")
     p.add_argument("--plot", metavar="PNG", help="plot GB/s against width per impl (matplotlib)")
     p.add_argument("--md", metavar="PATH", help="write a markdown summary table")
-    p.add_argument("--title", default="jln bench", help="heading of the markdown summary")
+    p.add_argument("--from-json", metavar="PATH", help="run nothing: re-render --md/--plot from a saved report")
+    p.add_argument("--title", help="heading of the markdown summary (default: 'jln bench')")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -172,6 +173,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except SystemExit as e:  # --help
         return int(e.code or 0)
+    if args.from_json:
+        try:
+            with open(args.from_json) as f:
+                report = json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"jln bench: error: cannot read --from-json {args.from_json!r}: {e}", file=sys.stderr)
+            return 2
+        _write(report, args, report.get("command"))
+        return 0
     cfg = config_from_args(args)
     progress = None if args.quiet else Progress(_bench.count_cases(cfg))
     previous = _sigterm_interrupts()
@@ -186,18 +196,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress.close()
     command = "jln bench " + shlex.join(argv)
     report["command"] = command
-    if args.json:
+    report["title"] = args.title or "jln bench"
+    _write(report, args, command)
+    return 0
+
+
+def _write(report: dict[str, Any], args: argparse.Namespace, command: str | None) -> None:
+    if args.json and not args.from_json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
             f.write("\n")
     if args.md:
         with open(args.md, "w") as f:
-            f.write(_bench.markdown(report, title=args.title, command=command))
+            f.write(_bench.markdown(report, title=_title(report, args), command=command))
     if args.plot:
         _bench.plot(report, args.plot)
-    if not (args.json or args.md):
-        print(_bench.markdown(report, title=args.title, command=command))
-    return 0
+    if not (args.json or args.md or args.plot):
+        print(_bench.markdown(report, title=_title(report, args), command=command))
+
+
+def _title(report: dict[str, Any], args: argparse.Namespace) -> str:
+    return str(args.title or report.get("title") or "jln bench")
 
 
 if __name__ == "__main__":  # pragma: no cover
