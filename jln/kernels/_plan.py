@@ -49,7 +49,7 @@ def gpu_blocks(n: int, dtype: object) -> tuple[int, int]:
     """
     width = next_power_of_2(n)
     block_rows = max(1, min(64, 4096 // width))
-    itemsize: int = jnp.dtype(dtype).itemsize  # type: ignore[arg-type]
+    itemsize: int = jnp.dtype(dtype).itemsize  # type: ignore[call-overload]
     per_thread = max(1, 16 // itemsize)  # elements in one 16-byte load
     num_warps = next_power_of_2(max(1, (block_rows * width) // (32 * per_thread)))
     return block_rows, max(1, min(16, num_warps))
