@@ -62,3 +62,15 @@ def test_example_runs(script: str, tmp_path: Path) -> None:
     for png in EXPECTED[script]:
         path = tmp_path / png
         assert path.is_file() and path.stat().st_size > 1000, f"{script} did not write {png}:\n{tail}"
+
+
+def test_distributed_example_matches_single_device(tmp_path: Path) -> None:
+    """examples/distributed_tp_dp.py sets its own 8 host devices and exits 1 if the losses differ."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "distributed_tp_dp.py")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
