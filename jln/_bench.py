@@ -645,8 +645,9 @@ def plot(report: dict[str, Any], path: str) -> None:
                 handles[lab] = h
                 labels.append(lab)
     height = fig.get_size_inches()[1]
-    fig.suptitle(f"jln bench on {report['device']['name']}: effective GB/s (higher is better)", fontsize=10)
+    fig.suptitle(f"jln bench on {report['device']['name']}: effective GB/s (higher is better)",
+                 fontsize=10, y=1 - 0.12 / height)
     fig.legend([handles[lab] for lab in labels], labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8)
-    fig.tight_layout(rect=(0, 0.6 / height, 1, 1 - 0.35 / height))
+    fig.tight_layout(rect=(0, 0.6 / height, 1, 1 - 0.45 / height))
     fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
