@@ -325,14 +325,14 @@ class _Runner:
     def jax_case(self, f: Callable[..., Any], op: str, direction: str, data: dict[str, Any]) -> dict[str, Any]:
         n = len(data["sets"])
         inputs = [op_inputs(op, data, i) for i in range(n)]
+        args: list[tuple[Any, ...]]
         if direction == "fwd":
             fn: Callable[..., Any] = f
             args = [(p,) for p, _ in inputs]
         else:
             outs = jax.eval_shape(f, inputs[0][0])
-            args = [(p, tuple(c.astype(o.dtype) for o, c in zip(outs, cots, strict=False)))
+            args = [(p, jax.block_until_ready(tuple(c.astype(o.dtype) for o, c in zip(outs, cots, strict=False))))
                     for p, cots in inputs]
-            args = [(p, jax.block_until_ready(cot)) for p, cot in args]
 
             def fn(p: dict[str, Any], cot: tuple[Any, ...]) -> Any:
                 return jax.vjp(f, p)[1](cot)[0]
@@ -594,8 +594,8 @@ def markdown(report: dict[str, Any], *, title: str = "jln bench", command: str |
                 cp = idx.get(("copy", "copy", shape, dtype, "fwd"))
                 cells = []
                 for i in shown:
-                    r = idx.get((i, "layer_norm", shape, dtype, direction))
-                    cells.append("–" if r is None else f"{r['median_us']:.0f} ({r['gbps']:.1f})")
+                    rec = idx.get((i, "layer_norm", shape, dtype, direction))
+                    cells.append("–" if rec is None else f"{rec['median_us']:.0f} ({rec['gbps']:.1f})")
                 copy_cell = "–" if cp is None else f"{cp['median_us']:.0f} ({cp['gbps']:.1f})"
                 lines.append(f"| {shape[0]}×{shape[1]} | {dtype} | {direction} | {copy_cell} | " + " | ".join(cells) + " |")
     if report.get("skipped"):
