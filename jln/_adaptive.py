@@ -133,9 +133,8 @@ def modulate(x: Array, shift: Array | None, scale: Array | None, *, scale_offset
     sc = None if scale is None else expand_condition(scale, x.shape, "scale", fn)
     dtypes = [x.dtype] + [c.dtype for c in (sh, sc) if c is not None]
     mod_dtype = _stats.promote(*dtypes)
-    sd = _stats.stats_dtype(mod_dtype)
     with jax.named_scope(fn):
-        y = _layer_norm.modulation_rounded(x.astype(sd), sh, sc, float(scale_offset), x.dtype)
+        y = _layer_norm.modulation_rounded(_stats.upcast(x), sh, sc, float(scale_offset), x.dtype)
         return y.astype(mod_dtype)
 
 

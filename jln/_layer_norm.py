@@ -64,8 +64,7 @@ def ln_body(
     mode keeps ``x`` (own dtype), per-row mean/rstd and the parameters, nothing else (plus the
     gathered per-shard row statistics when the rows are split across ``axis_name``).
     """
-    sd = _stats.stats_dtype(x.dtype)
-    _, d, var = _stats.centered(x.astype(sd), axes, axis_name, axis_index_groups)
+    _, d, var = _stats.centered(_stats.upcast(x), axes, axis_name, axis_index_groups)
     y = d * _stats.inv_std(var, eps)
     return ln_affine(y, scale, bias, shift, mscale, out_dtype=out_dtype, mod_offset=mod_offset, mod_dtype=mod_dtype)
 

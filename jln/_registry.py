@@ -70,6 +70,31 @@ class Op:
             out["emb"] = _cast(0.3 * rng.standard_normal(cond_shape[:-1] + (self.chunks * shape[-1],)), dtype)
         return out
 
+    def grad_atol(self, inputs: dict[str, np.ndarray], k: int = 1, ct_max: float = 5.0) -> float:
+        """The absolute error floor of any float implementation of this op's backward.
+
+        A norm's backward is ``rstd * (g - ...)``: its terms are of size ``rstd * |g|`` and
+        cancel, so float arithmetic leaves an error of a few ulp of that size however it is
+        evaluated. For well-conditioned rows this floor is far below ``atol``; it matters for
+        ill-conditioned ones (width 1, where the exact gradient is ~0 and both torch and jln
+        return rounding noise). ``ct_max`` bounds the random cotangent.
+        """
+        if self.family == "modulate":
+            return 0.0
+        x = inputs["x"].astype(np.float64)
+        if "residual" in inputs:
+            x = x + inputs["residual"].astype(np.float64)
+        if x.size == 0:
+            return 0.0
+        axes = tuple(range(x.ndim - k, x.ndim))
+        centered = self.family in ("layer_norm", "add_layer_norm", "adaptive_layer_norm")
+        spread = x.var(axis=axes) if centered else (x * x).mean(axis=axes)
+        eps = self.options.get("eps") or (1e-5 if centered else 1e-7)
+        rstd = float(np.max(1.0 / np.sqrt(spread + eps)))
+        w = float(np.max(np.abs(inputs["scale"].astype(np.float64)))) if "scale" in inputs else 1.0
+        dtype = str(inputs["x"].dtype)
+        return 8 * float(jnp.finfo(dtype).eps) * rstd * (1.0 + w) * ct_max
+
     # -- calls ----------------------------------------------------------------------------
     def call_jln(self, inputs: dict[str, Any], k: int = 1, **overrides: Any) -> tuple[Any, ...]:
         """Run jln on arrays (``jax.Array`` or NumPy); always returns a tuple of outputs."""

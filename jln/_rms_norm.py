@@ -95,8 +95,7 @@ def rms_body(
     With ``axis_name`` the rows are split across that mapped axis: the sum of squares is
     psummed once and ``n`` is the global count.
     """
-    sd = _stats.stats_dtype(x.dtype)
-    x32 = x.astype(sd)
+    x32 = _stats.upcast(x)
     static: dict[str, Any] = dict(
         scale_dtype=None if scale is None else scale.dtype,
         convention=convention,

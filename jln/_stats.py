@@ -60,17 +60,32 @@ def round_to(v: Array, dtype: Any) -> Array:
     """Round ``v`` to ``dtype``'s precision but keep ``v``'s (wider) dtype.
 
     This reproduces one rounding step of an eager framework inside a float32 computation.
-    For bfloat16 it uses ``lax.reduce_precision``, which XLA never elides (a round trip
-    through ``astype`` may be dropped under ``xla_allow_excess_precision``). For float16 it
-    uses the round trip, because ``reduce_precision`` flushes float16 subnormals.
+    It never uses an ``astype`` round trip, which XLA drops inside a fusion under its default
+    ``xla_allow_excess_precision`` (so a jitted ``x + residual`` in bfloat16 would reach the
+    norm unrounded): ``lax.reduce_precision`` is an op XLA keeps. ``reduce_precision`` flushes
+    float16 subnormals, so those (multiples of 2**-24) are rounded explicitly, half to even.
     """
     dtype = jnp.dtype(dtype)
     if jnp.finfo(dtype).bits >= jnp.finfo(v.dtype).bits:
         return v
-    if dtype == jnp.bfloat16:
-        fi = jnp.finfo(dtype)
-        return lax.reduce_precision(v, exponent_bits=fi.nexp, mantissa_bits=fi.nmant)
-    return v.astype(dtype).astype(v.dtype)
+    fi = jnp.finfo(dtype)
+    rounded = lax.reduce_precision(v, exponent_bits=fi.nexp, mantissa_bits=fi.nmant)
+    if dtype == jnp.float16:
+        step = float(fi.smallest_subnormal)  # 2**-24, exact in float32
+        # straight-through derivative, like a cast's (round() alone would have derivative 0)
+        subnormal = v + lax.stop_gradient(jnp.round(v / step) * step - v)
+        rounded = jnp.where(jnp.abs(v) < float(fi.smallest_normal), subnormal, rounded)
+    return rounded
+
+
+def upcast(x: Array) -> Array:
+    """``x`` in its statistics dtype, holding exactly ``x``'s own values.
+
+    Under ``jit`` XLA may fuse whatever produced a bfloat16 ``x`` (``x + residual``, say) into
+    the norm and skip rounding it to bfloat16 (``xla_allow_excess_precision``); torch always
+    rounds. :func:`round_to` restores that rounding, so jitted and eager results agree.
+    """
+    return round_to(x.astype(stats_dtype(x.dtype)), x.dtype)
 
 
 def count(

@@ -201,6 +201,7 @@ def check_matches_torch(
     exact: bool = False,
     rtol: float | None = None,
     atol: float | None = None,
+    grad_atol: float | None = None,
     seed: int = 0,
     name: str = "fn",
     jit: bool = True,
@@ -217,6 +218,8 @@ def check_matches_torch(
       reference: ``"torch"`` or ``"float64"`` (see the module docstring).
       exact: apply the bfloat16 bit-exact rule to forward outputs (named conventions).
       rtol, atol: override the dtype defaults of :mod:`jln._compare`.
+      grad_atol: a larger absolute floor for gradients only (e.g. the registry's
+        ``Op.grad_atol``, the rounding floor of an ill-conditioned backward).
       seed: seeds the cotangents.
       name: the label results carry.
       jit: ``jax.jit`` the forward+backward function (compiled once for these shapes).
@@ -318,7 +321,10 @@ def check_matches_torch(
         results.append(_one(name, lab, "fwd", j, t, r, exact=exact, rtol=rtol, atol=atol))
     arg_names = keys or [f"arg{i}" for i in range(len(arrays))]
     for i, j, t, r in zip(diff, j_grads, t_grads, r_grads, strict=True):
-        results.append(_one(name, f"d {arg_names[i]}", "bwd", j, t, r, exact=False, rtol=rtol, atol=atol))
+        g_atol = atol
+        if grad_atol is not None:
+            g_atol = max(grad_atol, _compare.ATOL.get(str(j.dtype), 0.0) if atol is None else atol)
+        results.append(_one(name, f"d {arg_names[i]}", "bwd", j, t, r, exact=False, rtol=rtol, atol=g_atol))
     return results
 
 

@@ -53,8 +53,8 @@ def torch_vjp(op: _registry.Op, tensors: dict[str, Any], k: int, grads_of: tuple
     return {n: leaves[n].grad for n in grads_of}
 
 
-def check(jln_out: Any, torch_out: Any, ref64: Any, *, exact: bool = False, what: str = "") -> _compare.Report:
+def check(jln_out: Any, torch_out: Any, ref64: Any, *, exact: bool = False, what: str = "", atol: float | None = None) -> _compare.Report:
     """Assert the parity rule for one output; return the report."""
-    rep = _compare.compare(jln_out, torch_out, ref64, exact=exact)
+    rep = _compare.compare(jln_out, torch_out, ref64, exact=exact, atol=atol)
     assert rep.passed, f"{what}: {rep}"
     return rep

@@ -224,3 +224,13 @@ def test_other_bad_options():
         jln.adaptive_layer_norm(jnp.ones((2, 5, 4)), jnp.ones((2, 20)), order="dit")
     with pytest.raises(ValueError, match=r"\[B, D\]"):
         jln.modulate(jnp.ones((2, 5, 4)), jnp.ones((3, 4)), None)
+
+
+def test_float16_subnormal_inputs_keep_their_gradient():
+    """jln rounds inputs to their dtype explicitly (jit-proof); subnormals must stay differentiable."""
+    x = np.array([[3e-6, 0.5, -1.0, 2.0]], np.float16)  # 3e-6 is a float16 subnormal
+    g = jax.grad(lambda x: jnp.sum(jln.rms_norm(x).astype(jnp.float32) * jnp.arange(1.0, 5.0)[None]))(jnp.asarray(x))
+    xt = torch.from_numpy(x).requires_grad_(True)
+    (torch.nn.functional.rms_norm(xt, (4,)).float() * torch.arange(1.0, 5.0)).sum().backward()
+    assert abs(float(g[0, 0])) > 0.1
+    np.testing.assert_allclose(np.asarray(g, np.float32), xt.grad.float().numpy(), rtol=2e-3, atol=2e-3)

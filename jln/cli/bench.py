@@ -182,6 +182,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         _write(report, args, report.get("command"))
         return 0
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("jln bench: error: --plot needs matplotlib (pip install matplotlib).", file=sys.stderr)
+            return 2
     cfg = config_from_args(args)
     progress = None if args.quiet else Progress(_bench.count_cases(cfg))
     previous = _sigterm_interrupts()

@@ -97,7 +97,7 @@ def _op_case(op: _registry.Op, dtype: str, shape: Shape, k: int, variant: str = 
 
         return check_matches_torch(
             jax_fn, lambda **t: op.call_torch(t, k), inputs,
-            reference="float64", exact=op.exact, name=op.name,
+            reference="float64", exact=op.exact, name=op.name, grad_atol=op.grad_atol(inputs, k),
         )
 
     return Case(op.name, dtype, shape, k, variant, run)
