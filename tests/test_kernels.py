@@ -177,8 +177,12 @@ def test_tpu_layout_in_interpret_mode(monkeypatch):
     _compare(fn, (x3, emb), BF16, probe.reshape(x3.shape), "tpu adaptive")
 
 
-def test_auto_picks_xla_on_cpu():
+def test_auto_picks_xla_on_cpu(monkeypatch):
     assert jax.default_backend() == "cpu"
+    # "auto" takes kernels on gpu/tpu only once the user opts in (until hardware validation)
+    monkeypatch.delenv("JLN_PALLAS_AUTO", raising=False)
+    assert not kernels.native("cpu") and not kernels.native("gpu") and not kernels.native("tpu")
+    monkeypatch.setenv("JLN_PALLAS_AUTO", "1")
     assert not kernels.native("cpu") and kernels.native("gpu") and kernels.native("tpu")
     x = jnp.ones((2, 8))
 
