@@ -102,23 +102,7 @@ def _flax(op: str, two_pass: bool) -> Callable[[dict[str, Any]], tuple[Any, ...]
     def rms(x: Any, scale: Any) -> Any:
         return nn.RMSNorm(epsilon=EPS, param_dtype=x.dtype).apply({"params": {"scale": scale}}, x)
 
-    if op == "layer_norm":
-        return lambda p: (ln(p["x"], p["scale"], p["bias"]),)
-    if op in ("rms_norm", "rms_norm_llama"):
-        return lambda p: (rms(p["x"], p["scale"]),)
-    if op == "add_layer_norm":
-        return lambda p: (lambda s: (ln(s, p["scale"], p["bias"]), s))(p["x"] + p["residual"])
-    if op == "add_rms_norm":
-        return lambda p: (lambda s: (rms(s, p["scale"]), s))(p["x"] + p["residual"])
-    if op == "adaptive_layer_norm":
-
-        def ada(p: dict[str, Any]) -> tuple[Any, ...]:
-            shift, scale = jnp.split(p["emb"], 2, axis=-1)
-            y = ln(p["x"], None, None)
-            return (y * (1 + scale[:, None]) + shift[:, None],)
-
-        return ada
-    raise ValueError(op)
+    return _compose(op, ln, rms, rms)
 
 
 def _jnp(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
@@ -143,17 +127,24 @@ def _jnp(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
             return row(scale, x, scale.dtype) * h.astype(x.dtype)
         return (h * row(scale, x, jnp.float32)).astype(x.dtype)
 
+    return _compose(op, ln, rms, lambda x, scale: rms(x, scale, llama=True))
+
+
+def _compose(
+    op: str, ln: Callable[..., Any], rms: Callable[..., Any], rms_llama: Callable[..., Any]
+) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    """A baseline's version of ``op`` built from its plain LayerNorm and RMSNorm."""
     if op == "layer_norm":
         return lambda p: (ln(p["x"], p["scale"], p["bias"]),)
     if op == "rms_norm":
         return lambda p: (rms(p["x"], p["scale"]),)
     if op == "rms_norm_llama":
-        return lambda p: (rms(p["x"], p["scale"], llama=True),)
+        return lambda p: (rms_llama(p["x"], p["scale"]),)
     if op == "add_layer_norm":
         return lambda p: (lambda s: (ln(s, p["scale"], p["bias"]), s))(p["x"] + p["residual"])
     if op == "add_rms_norm":
         return lambda p: (lambda s: (rms(s, p["scale"]), s))(p["x"] + p["residual"])
-    if op == "adaptive_layer_norm":
+    if op == "adaptive_layer_norm":  # DiT final layer order: shift, scale
 
         def ada(p: dict[str, Any]) -> tuple[Any, ...]:
             shift, scale = jnp.split(p["emb"], 2, axis=-1)
