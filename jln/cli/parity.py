@@ -220,13 +220,6 @@ def _module_specs() -> tuple[ModuleSpec, ...]:
     )
 
 
-def _module_names() -> list[str]:
-    try:
-        return [s.name for s in _module_specs()]
-    except ImportError:
-        return []
-
-
 def _module_case(spec: ModuleSpec, dtype: str, full: bool) -> Case:
     def run() -> list[ParityResult]:
         import torch
