@@ -11,7 +11,8 @@ are sharded.
 
 Under ``AxisType.Auto`` axes the sharding is decided after tracing, so nothing here applies:
 XLA's partitioner splits the XLA body's reductions itself (several all-reduces of per-row
-values, never an all-gather of the activation).
+values, never an all-gather of the activation). A Pallas kernel has no partitioning rule
+there yet (XLA gathers ``x`` around it), hence the kernels' advice to use ``impl="xla"``.
 """
 
 from __future__ import annotations
@@ -89,7 +90,10 @@ def run_local(
             full[i] = o
         return body(xl, *full, axis_name=hidden)
 
-    mapped = jax.shard_map(local, mesh=mesh, in_specs=(x_spec, *specs), out_specs=x_spec)
+    # Only the rows split (hidden None) means a Pallas kernel: its pallas_call declares no
+    # varying-manual-axes types, so it runs with check_vma=False; shard_map's transpose still
+    # sums the parameters' cotangents over the row axes they are replicated on.
+    mapped = jax.shard_map(local, mesh=mesh, in_specs=(x_spec, *specs), out_specs=x_spec, check_vma=hidden is not None)
     return mapped(x, *args)
 
 
@@ -99,3 +103,59 @@ def wants_local(layout: tuple[Any, tuple[Any, ...]] | None, axes: tuple[int, ...
     if layout is None:
         return False
     return bool(hidden_axis_names(layout[1], axes)) or pallas
+
+
+def shard_chunks(a: Any, num_chunks: int, num_shards: int, *, axis: int = -1, inverse: bool = False) -> Array:
+    """Reorder a chunked axis so that an even split gives each device its block of every chunk.
+
+    A projection whose output is ``k`` chunks of ``d`` features (adaLN's ``(shift, scale,
+    ...)``) lays its axis out chunk-major: ``[c_0 | c_1 | ... | c_{k-1}]``, each ``c_j`` of
+    size ``d``. When ``x``'s feature axis is split over ``num_shards`` devices (tensor
+    parallelism), device ``i`` needs block ``i`` (size ``d / num_shards``) of every chunk, in
+    chunk order. This returns the device-major layout
+    ``[c_0[blk 0], ..., c_{k-1}[blk 0], c_0[blk 1], ...]``, so that sharding the result evenly
+    along ``axis`` (``PartitionSpec(..., axis_name)``) hands each device exactly its local
+    ``[k * d / num_shards]`` projection. ``inverse=True`` undoes it.
+
+    Args:
+      a: array whose ``axis`` has ``num_chunks * d`` entries (a Dense kernel ``[c, k*d]``,
+        its bias ``[k*d]``, or a projected condition).
+      num_chunks: k, the number of chunks (2 for seed/continuous, 6 for DiT, 3 for single).
+      num_shards: the number of devices the feature axis is split over.
+      axis: the chunked axis (default: the last).
+      inverse: map the device-major layout back to the chunk-major one.
+
+    Returns:
+      An array of ``a``'s shape and dtype with ``axis`` permuted.
+
+    Raises:
+      ValueError: ``axis`` is not divisible by ``num_chunks * num_shards``, or a count is
+        not a positive integer.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from jln._distributed import shard_chunks
+      >>> shard_chunks(jnp.arange(8), 2, 2).tolist()  # chunks [0 1 2 3], [4 5 6 7]
+      [0, 1, 4, 5, 2, 3, 6, 7]
+    """
+    import jax.numpy as jnp
+
+    fn = "jln.shard_chunks"
+    for name, v in (("num_chunks", num_chunks), ("num_shards", num_shards)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{fn}: `{name}` must be a positive int; received {v!r}.")
+    a = jnp.asarray(a)
+    if a.ndim == 0 or not -a.ndim <= axis < a.ndim:
+        raise ValueError(f"{fn}: `axis`={axis} is out of range for an array of shape {a.shape}.")
+    ax = axis % a.ndim
+    size = a.shape[ax]
+    if size % (num_chunks * num_shards):
+        raise ValueError(
+            f"{fn}: axis {axis} has {size} entries, not divisible by num_chunks * num_shards = "
+            f"{num_chunks} * {num_shards}; each of the {num_chunks} chunks must split evenly into "
+            f"{num_shards} device blocks."
+        )
+    block = size // (num_chunks * num_shards)
+    outer, inner = (num_shards, num_chunks) if inverse else (num_chunks, num_shards)
+    v = a.reshape(a.shape[:ax] + (outer, inner, block) + a.shape[ax + 1 :])
+    return jnp.swapaxes(v, ax, ax + 1).reshape(a.shape)

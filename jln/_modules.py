@@ -137,6 +137,11 @@ def _check_common(cfg: Any, fn: str) -> None:
             raise TypeError(f"{fn}: `dtype` must be a floating dtype or None; received {cfg.dtype!r}.")
 
 
+def distributed(cfg: Any) -> dict[str, Any]:
+    """The ``axis_name``/``axis_index_groups`` options of a norm config, for the core call."""
+    return dict(axis_name=cfg.axis_name, axis_index_groups=cfg.axis_index_groups)
+
+
 # --------------------------------------------------------------------------- LayerNorm
 
 
@@ -150,6 +155,7 @@ class LayerNormConfig:
     impl: str = "auto"
     monitor: bool = False
     axis_name: Any = None  # distributed: mesh axis splitting the normalized axes
+    axis_index_groups: Any = None
 
     def __post_init__(self) -> None:
         _checks.check_eps(self.eps, "jln LayerNorm")
@@ -170,7 +176,7 @@ def apply_layer_norm(params: Params, x: Array, cfg: LayerNormConfig) -> tuple[Ar
     xi = _cast_in(x, cfg.dtype)
     y = layer_norm(
         xi, params.get("scale"), params.get("bias"), axis=cfg.axis, eps=cfg.eps, impl=cfg.impl,
-        axis_name=cfg.axis_name,
+        **distributed(cfg),
     )
     y = _cast_out(y, cfg.dtype)
     return y, _record(cfg.monitor, xi, y, cfg.axis, "jln LayerNorm")
@@ -190,6 +196,7 @@ class RMSNormConfig:
     impl: str = "auto"
     monitor: bool = False
     axis_name: Any = None  # distributed: mesh axis splitting the normalized axes
+    axis_index_groups: Any = None
 
     def __post_init__(self) -> None:
         fn = "jln RMSNorm"
@@ -225,7 +232,7 @@ def apply_rms_norm(params: Params, x: Array, cfg: RMSNormConfig) -> tuple[Array,
     xi = _cast_in(x, cfg.dtype)
     y = rms_norm(
         xi, params.get("scale"), axis=cfg.axis, eps=cfg.eps, convention=cfg.convention,
-        bias=params.get("bias"), impl=cfg.impl, axis_name=cfg.axis_name,
+        bias=params.get("bias"), impl=cfg.impl, **distributed(cfg),
     )
     y = _cast_out(y, cfg.dtype)
     return y, _record(cfg.monitor, xi, y, cfg.axis, "jln RMSNorm")
@@ -243,6 +250,8 @@ class AdaptiveLayerNormConfig:
     dtype: Any = None
     impl: str = "auto"
     monitor: bool = False
+    axis_name: Any = None  # distributed: mesh axis splitting the feature axis
+    axis_index_groups: Any = None
 
     def __post_init__(self) -> None:
         fn = "jln AdaptiveLayerNorm"
@@ -273,7 +282,8 @@ def apply_adaptive_layer_norm(params: Params, x: Array, cond: Array, cfg: Adapti
     emb = dense(params["proj"], cond, dt, fn, "cond")
     norm = params["norm"]
     y, _ = adaptive_layer_norm(
-        xi, emb, norm.get("scale"), norm.get("bias"), order=cfg.order, eps=cfg.eps, impl=cfg.impl
+        xi, emb, norm.get("scale"), norm.get("bias"), order=cfg.order, eps=cfg.eps, impl=cfg.impl,
+        **distributed(cfg),
     )
     y = _cast_out(y, cfg.dtype)
     return y, _record(cfg.monitor, xi, y, -1, fn)
@@ -287,6 +297,8 @@ class AdaLNZeroConfig:
     dtype: Any = None
     impl: str = "auto"
     monitor: bool = False
+    axis_name: Any = None  # distributed: mesh axis splitting the feature axis
+    axis_index_groups: Any = None
 
     def __post_init__(self) -> None:
         fn = "jln AdaLNZero"
@@ -313,7 +325,7 @@ def apply_ada_ln_zero(params: Params, x: Array, emb: Array, cfg: AdaLNZeroConfig
     xi = _cast_in(x, cfg.dtype)
     h = dense(params["linear"], silu(emb).astype(dt), dt, fn, "emb")
     order = "dit" if cfg.num_chunks == 6 else "dit_single"
-    y, ch = adaptive_layer_norm(xi, h, order=order, eps=cfg.eps, impl=cfg.impl)
+    y, ch = adaptive_layer_norm(xi, h, order=order, eps=cfg.eps, impl=cfg.impl, **distributed(cfg))
     y = _cast_out(y, cfg.dtype)
     stats = _record(cfg.monitor, xi, y, -1, fn)
     if cfg.num_chunks == 3:
@@ -333,6 +345,8 @@ class AdaLNContinuousConfig:
     dtype: Any = None
     impl: str = "auto"
     monitor: bool = False
+    axis_name: Any = None  # distributed: mesh axis splitting the feature axis
+    axis_index_groups: Any = None
 
     def __post_init__(self) -> None:
         fn = "jln AdaLNContinuous"
@@ -361,10 +375,13 @@ def apply_ada_ln_continuous(params: Params, x: Array, cond: Array, cfg: AdaLNCon
     norm = params.get("norm", {})
     if cfg.norm_type == "layer_norm":
         y, _ = adaptive_layer_norm(
-            xi, h, norm.get("scale"), norm.get("bias"), order="continuous", eps=cfg.eps, impl=cfg.impl
+            xi, h, norm.get("scale"), norm.get("bias"), order="continuous", eps=cfg.eps, impl=cfg.impl,
+            **distributed(cfg),
         )
     else:
-        n = rms_norm(xi, norm.get("scale"), eps=cfg.eps, convention="diffusers", impl=cfg.impl)
+        n = rms_norm(
+            xi, norm.get("scale"), eps=cfg.eps, convention="diffusers", impl=cfg.impl, **distributed(cfg)
+        )
         ch = split_condition(h, "continuous")
         y = modulate(n, ch["shift"], ch["scale"])
     y = _cast_out(y, cfg.dtype)

@@ -88,6 +88,8 @@ class LayerNorm(nn.Module):
       axis_name: inside ``jax.shard_map``/``jax.pmap``, the mesh axis over which the
         normalized axis is split (tensor parallelism); parameters are then the local blocks.
         See :func:`jln.layer_norm`. The monitor's statistics stay per device.
+      axis_index_groups: with ``axis_name``, the device groups that each hold one row's blocks
+        (as ``jax.lax.psum``); see :func:`jln.layer_norm`.
 
     Returns (``__call__(x)``): array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
 
@@ -112,6 +114,7 @@ class LayerNorm(nn.Module):
     impl: str = "auto"
     monitor: bool = False
     axis_name: Any = None
+    axis_index_groups: Any = None
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
@@ -136,8 +139,9 @@ class RMSNorm(nn.Module):
       axis: axis or axes to normalize over.
       use_scale: learnable ``scale``.
       use_bias: learnable ``bias`` (``convention="diffusers"`` only).
-      dtype, param_dtype, impl, monitor, axis_name: as :class:`LayerNorm`. With ``dtype=None`` the output
-        dtype is the convention's (``"llama"``: bf16 x with float32 scale gives float32).
+      dtype, param_dtype, impl, monitor, axis_name, axis_index_groups: as :class:`LayerNorm`.
+        With ``dtype=None`` the output dtype is the convention's (``"llama"``: bf16 x with
+        float32 scale gives float32).
 
     Returns (``__call__(x)``): array of ``x.shape``.
 
@@ -164,6 +168,7 @@ class RMSNorm(nn.Module):
     impl: str = "auto"
     monitor: bool = False
     axis_name: Any = None
+    axis_index_groups: Any = None
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
@@ -196,6 +201,13 @@ class AdaptiveLayerNorm(nn.Module):
       use_scale, use_bias: the LayerNorm's own affine.
       dtype, param_dtype, impl, monitor: as :class:`LayerNorm`; the Dense runs in ``dtype``
         (default: ``x.dtype``).
+      axis_name, axis_index_groups: tensor parallelism inside ``jax.shard_map``/``jax.pmap``
+        with ``x``'s last axis split over ``axis_name``: ``features`` is then the local size
+        d / n, the norm's statistics span the devices, and ``proj`` must produce each device's
+        local block of every chunk, i.e. its kernel and bias hold, per device, columns
+        ``[chunk_0 block_i, chunk_1 block_i, ...]``. :func:`jln.shard_chunks` puts a global
+        ``[c, k*d]`` kernel (``[k*d]`` bias) in that order, after which ``P(None, axis)``
+        (``P(axis)``) gives every device its blocks; ``cond`` is replicated over ``axis_name``.
 
     Returns (``__call__(x, cond)``): ``x [B, ..., d]`` modulated by ``cond [B, c]`` (broadcast
     over the token axes) or ``cond`` with ``x``'s leading shape; dtype ``x.dtype``.
@@ -221,6 +233,8 @@ class AdaptiveLayerNorm(nn.Module):
     param_dtype: Any = jnp.float32
     impl: str = "auto"
     monitor: bool = False
+    axis_name: Any = None
+    axis_index_groups: Any = None
 
     @nn.compact
     def __call__(self, x: Array, cond: Array) -> Array:
@@ -245,7 +259,9 @@ class AdaLNZero(nn.Module):
         gate_mlp) or 3 (shift_msa, scale_msa, gate_msa).
       eps: LayerNorm eps (DiT: 1e-6).
       use_bias: Dense bias.
-      dtype, param_dtype, impl, monitor: as :class:`AdaptiveLayerNorm`.
+      dtype, param_dtype, impl, monitor, axis_name, axis_index_groups: as
+        :class:`AdaptiveLayerNorm` (with ``axis_name``, lay out ``linear`` with
+        :func:`jln.shard_chunks`; the returned gates are local blocks too).
 
     Returns (``__call__(x, emb)``): ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp)`` for 6
     chunks, ``(x_mod, gate_msa)`` for 3; ``x_mod`` like ``x``, the others ``[B, d]``.
@@ -270,6 +286,8 @@ class AdaLNZero(nn.Module):
     param_dtype: Any = jnp.float32
     impl: str = "auto"
     monitor: bool = False
+    axis_name: Any = None
+    axis_index_groups: Any = None
 
     @nn.compact
     def __call__(self, x: Array, emb: Array) -> tuple[Array, ...]:
@@ -294,7 +312,9 @@ class AdaLNContinuous(nn.Module):
       elementwise_affine: the norm's own ``scale`` (and ``bias`` for layer_norm).
       use_bias: the Dense bias and the LayerNorm bias (diffusers' ``bias``).
       norm_type: ``"layer_norm"`` or ``"rms_norm"``.
-      dtype, param_dtype, impl, monitor: as :class:`AdaptiveLayerNorm`.
+      dtype, param_dtype, impl, monitor, axis_name, axis_index_groups: as
+        :class:`AdaptiveLayerNorm` (with ``axis_name``, lay out ``linear`` with
+        :func:`jln.shard_chunks`).
 
     Returns (``__call__(x, cond)``): array like ``x``.
 
@@ -319,6 +339,8 @@ class AdaLNContinuous(nn.Module):
     param_dtype: Any = jnp.float32
     impl: str = "auto"
     monitor: bool = False
+    axis_name: Any = None
+    axis_index_groups: Any = None
 
     @nn.compact
     def __call__(self, x: Array, cond: Array) -> Array:
@@ -337,6 +359,11 @@ class TransformerEncoderLayer(nn.Module):
     Pre-LN (``norm_first=True``): ``x = x + SA(norm1(x)); x = x + FF(norm2(x))``.
     ``SA`` is multi-head self-attention (scaled dot product, softmax in float32),
     ``FF(x) = linear2(dropout(activation(linear1(x))))``; norms are :func:`jln.layer_norm`.
+
+    Sharding: under ``jax.jit`` with ``NamedSharding`` the batch and sequence axes of ``x``
+    may be split across devices (data/sequence parallelism; XLA partitions attention and the
+    norms). The hidden axis must not be split: the attention and feed-forward layers are not
+    tensor-parallel, so the block takes no ``axis_name``.
 
     Attributes:
       d_model, nhead, dim_feedforward, dropout, activation (``"relu"``/``"gelu"``),
@@ -395,6 +422,11 @@ class DiTBlock(nn.Module):
     ``x = x + gate_msa * attn(LN(x) * (1 + scale_msa) + shift_msa)``, then
     ``x = x + gate_mlp * mlp(LN(x) * (1 + scale_mlp) + shift_mlp)``; LayerNorms with eps 1e-6
     and no affine, ``mlp = fc2(GELU_tanh(fc1(.)))``. At initialisation it returns ``x``.
+
+    Sharding: under ``jax.jit`` with ``NamedSharding`` the batch and sequence axes of ``x``
+    may be split across devices (data/sequence parallelism; XLA partitions attention and the
+    norms; ``c`` follows the batch split). The hidden axis must not be split: the attention
+    and MLP layers are not tensor-parallel, so the block takes no ``axis_name``.
 
     Attributes:
       hidden_size, num_heads, mlp_ratio: as DiT.

@@ -75,7 +75,7 @@ class LayerNorm(nnx.Module):
 
     Args:
       num_features: shape of ``x`` at ``axis`` (an int for one axis).
-      eps, axis, use_scale, use_bias, dtype, param_dtype, impl, monitor, axis_name: as
+      eps, axis, use_scale, use_bias, dtype, param_dtype, impl, monitor, axis_name, axis_index_groups: as
         :class:`jln.linen.LayerNorm`.
       rngs: unused (the parameters start at ones and zeros); accepted for uniformity.
 
@@ -104,12 +104,13 @@ class LayerNorm(nnx.Module):
         impl: str = "auto",
         monitor: bool = False,
         axis_name: Any = None,
+        axis_index_groups: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         fn = "jln.nnx.LayerNorm"
         self.cfg = M.LayerNormConfig(
             eps=eps, axis=axis, use_scale=use_scale, use_bias=use_bias, dtype=dtype, impl=impl, monitor=monitor,
-            axis_name=axis_name,
+            axis_name=axis_name, axis_index_groups=axis_index_groups,
         )
         self.num_features = M.feature_shape(num_features, fn)
         self._specs = M.layer_norm_specs(self.cfg, self.num_features)
@@ -128,8 +129,8 @@ class RMSNorm(nnx.Module):
 
     Args:
       num_features: shape of ``x`` at ``axis`` (an int for one axis).
-      eps, convention, axis, use_scale, use_bias, dtype, param_dtype, impl, monitor, axis_name:
-        as :class:`jln.linen.RMSNorm`.
+      eps, convention, axis, use_scale, use_bias, dtype, param_dtype, impl, monitor, axis_name,
+        axis_index_groups: as :class:`jln.linen.RMSNorm`.
       rngs: unused; accepted for uniformity.
 
     Returns (``__call__(x)``): array of ``x.shape``, dtype by the convention (or ``dtype``).
@@ -158,12 +159,13 @@ class RMSNorm(nnx.Module):
         impl: str = "auto",
         monitor: bool = False,
         axis_name: Any = None,
+        axis_index_groups: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         fn = "jln.nnx.RMSNorm"
         self.cfg = M.RMSNormConfig(
             eps=eps, convention=convention, axis=axis, use_scale=use_scale, use_bias=use_bias,
-            dtype=dtype, impl=impl, monitor=monitor, axis_name=axis_name,
+            dtype=dtype, impl=impl, monitor=monitor, axis_name=axis_name, axis_index_groups=axis_index_groups,
         )
         self.num_features = M.feature_shape(num_features, fn)
         self._specs = M.rms_norm_specs(self.cfg, self.num_features)
@@ -183,7 +185,8 @@ class AdaptiveLayerNorm(nnx.Module):
     Args:
       cond_features: size of ``cond``'s last axis.
       features: d, the size of ``x``'s last axis.
-      eps, order, use_scale, use_bias, dtype, param_dtype, impl, monitor: as linen.
+      eps, order, use_scale, use_bias, dtype, param_dtype, impl, monitor, axis_name,
+        axis_index_groups: as linen.
       rngs: ``nnx.Rngs`` for the Dense kernel init.
 
     Returns (``__call__(x, cond)``): array like ``x``.
@@ -214,11 +217,14 @@ class AdaptiveLayerNorm(nnx.Module):
         param_dtype: Any = jnp.float32,
         impl: str = "auto",
         monitor: bool = False,
+        axis_name: Any = None,
+        axis_index_groups: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         fn = "jln.nnx.AdaptiveLayerNorm"
         self.cfg = M.AdaptiveLayerNormConfig(
-            eps=eps, order=order, use_scale=use_scale, use_bias=use_bias, dtype=dtype, impl=impl, monitor=monitor
+            eps=eps, order=order, use_scale=use_scale, use_bias=use_bias, dtype=dtype, impl=impl, monitor=monitor,
+            axis_name=axis_name, axis_index_groups=axis_index_groups,
         )
         self._specs = M.adaptive_layer_norm_specs(
             self.cfg, M.check_positive(cond_features, "cond_features", fn), M.check_positive(features, "features", fn)
@@ -239,7 +245,8 @@ class AdaLNZero(nnx.Module):
     Args:
       cond_features: size of ``emb``'s last axis.
       features: d.
-      num_chunks, eps, use_bias, dtype, param_dtype, impl, monitor: as linen.
+      num_chunks, eps, use_bias, dtype, param_dtype, impl, monitor, axis_name,
+        axis_index_groups: as linen.
       rngs: accepted for uniformity (the zero init needs no key).
 
     Returns (``__call__(x, emb)``): ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp)`` (6
@@ -268,11 +275,14 @@ class AdaLNZero(nnx.Module):
         param_dtype: Any = jnp.float32,
         impl: str = "auto",
         monitor: bool = False,
+        axis_name: Any = None,
+        axis_index_groups: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         fn = "jln.nnx.AdaLNZero"
         self.cfg = M.AdaLNZeroConfig(
-            num_chunks=num_chunks, eps=eps, use_bias=use_bias, dtype=dtype, impl=impl, monitor=monitor
+            num_chunks=num_chunks, eps=eps, use_bias=use_bias, dtype=dtype, impl=impl, monitor=monitor,
+            axis_name=axis_name, axis_index_groups=axis_index_groups,
         )
         self._specs = M.ada_ln_zero_specs(
             self.cfg, M.check_positive(cond_features, "cond_features", fn), M.check_positive(features, "features", fn)
@@ -293,7 +303,8 @@ class AdaLNContinuous(nnx.Module):
     Args:
       cond_features: size of ``cond``'s last axis.
       features: d.
-      eps, elementwise_affine, use_bias, norm_type, dtype, param_dtype, impl, monitor: as linen.
+      eps, elementwise_affine, use_bias, norm_type, dtype, param_dtype, impl, monitor, axis_name,
+        axis_index_groups: as linen.
       rngs: ``nnx.Rngs`` for the Dense kernel init.
 
     Returns (``__call__(x, cond)``): array like ``x``.
@@ -322,12 +333,14 @@ class AdaLNContinuous(nnx.Module):
         param_dtype: Any = jnp.float32,
         impl: str = "auto",
         monitor: bool = False,
+        axis_name: Any = None,
+        axis_index_groups: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         fn = "jln.nnx.AdaLNContinuous"
         self.cfg = M.AdaLNContinuousConfig(
             eps=eps, elementwise_affine=elementwise_affine, use_bias=use_bias, norm_type=norm_type,
-            dtype=dtype, impl=impl, monitor=monitor,
+            dtype=dtype, impl=impl, monitor=monitor, axis_name=axis_name, axis_index_groups=axis_index_groups,
         )
         self._specs = M.ada_ln_continuous_specs(
             self.cfg, M.check_positive(cond_features, "cond_features", fn), M.check_positive(features, "features", fn)
@@ -346,6 +359,9 @@ class TransformerEncoderLayer(nnx.Module):
     The NNX twin of :class:`jln.linen.TransformerEncoderLayer`. Dropout is an
     ``nnx.Dropout``: on after construction (like a fresh torch module), off after
     ``module.eval()``, on again after ``module.train()``.
+
+    Sharding: as the linen block, batch and sequence axes of ``x`` may be split across
+    devices under ``jax.jit``; the hidden axis must not be (the block is not tensor-parallel).
 
     Args:
       d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, norm_first,
@@ -410,6 +426,9 @@ class DiTBlock(nnx.Module):
     r"""A DiT block with adaLN-Zero conditioning; the identity at initialisation.
 
     The NNX twin of :class:`jln.linen.DiTBlock`.
+
+    Sharding: as the linen block, batch and sequence axes of ``x`` (and ``c``'s batch) may be
+    split across devices under ``jax.jit``; the hidden axis must not be.
 
     Args:
       hidden_size, num_heads: as DiT.

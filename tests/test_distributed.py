@@ -43,7 +43,9 @@ def test_shard_map_matches_unsharded(results: dict) -> None:
     assert {e["op"] for e in entries} >= {
         "layer_norm", "rms_norm_torch", "rms_norm_seed", "rms_norm_gemma", "add_layer_norm",
         "add_rms_norm", "adaptive_layer_norm", "layer_norm axis=(-2,-1)", "linen.LayerNorm",
-        "nnx.RMSNorm",
+        "nnx.RMSNorm", *(f"{api}.{m}" for api in ("linen", "nnx") for m in (
+            "AdaptiveLayerNorm", "AdaLNZero", "AdaLNZero single", "AdaLNContinuous", "AdaLNContinuous rms"
+        )),
     }
     bad = []
     for e in entries:
@@ -51,6 +53,15 @@ def test_shard_map_matches_unsharded(results: dict) -> None:
             if key in e and not e[key] <= _tol(e) * (4 if key.startswith("d") and key != "dx" else 1):
                 bad.append((e["op"], e["layout"], key, e[key]))
     assert not bad, bad
+
+
+def test_adaptive_modules_need_the_chunk_layout(results: dict) -> None:
+    """The adaptive modules under tensor parallelism match the unsharded module only with the
+    projection laid out by shard_chunks; the plain column split gives wrong chunks."""
+    adaptive = [e for e in results["shard_map"] if "shard_chunks" in e["layout"]]
+    assert len(adaptive) == 10
+    assert all(e["fwd"] <= _tol(e) for e in adaptive), adaptive
+    assert results["adaptive_naive_layout_error"] > 0.1
 
 
 def test_sharded_layer_norm_keeps_pivot_accuracy(results: dict) -> None:
@@ -91,6 +102,28 @@ def test_jit_named_sharding_correct_and_never_gathers_the_activation(results: di
         for c in e["collectives"]:
             # a gathered (or all-reduced) activation would move >= one shard of x
             assert c["elements"] < e["activation_elements"] // 8, (e["op"], e["layout"], c)
+
+
+def test_pallas_on_explicit_meshes_runs_per_shard(results: dict) -> None:
+    """impl='pallas' (interpret mode) with rows split over an explicit mesh: forward, dx and
+    parameter gradients equal the unsharded XLA path, the output keeps x's sharding, and the
+    only collective is the parameter gradients' all-reduce (no gather of the activation)."""
+    entries = results["pallas"]
+    assert {(e["op"], e["layout"]) for e in entries} == {
+        (op, lay) for op in ("layer_norm", "rms_norm") for lay in ("batch", "sequence")
+    }
+    for e in entries:
+        tol = _tol(e)
+        assert e["fwd"] <= tol and e["dx"] <= tol and e["dparams"] <= 4 * tol, e
+        assert e["kernel_in_hlo"], e
+        assert "'m'" in e["out_sharding"], e
+        assert [c["op"] for c in e["collectives"]] == ["all-reduce"], e
+        assert all(c["elements"] <= 32 for c in e["collectives"]), e
+
+
+def test_pallas_declines_a_split_hidden_axis(results: dict) -> None:
+    kind, msg = results["errors"]["pallas_hidden"]
+    assert kind == "ValueError" and "impl='xla'" in msg and "split over mesh axes" in msg
 
 
 def test_explicit_hidden_sharding_uses_one_collective_each_way(results: dict) -> None:

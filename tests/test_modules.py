@@ -827,3 +827,58 @@ def test_jit_grad_and_scan_over_layers():
     grads = nnx.jit(nnx.grad(lambda mod: jnp.sum(mod(x, c) ** 2)))(n)
     assert float(jnp.abs(grads["adaLN_modulation"]["kernel"][...]).sum()) > 0
     close(nnx.jit(lambda mod, x, c: mod(x, c))(n, x, c), x, dict(rtol=0, atol=0))
+
+
+def test_shard_chunks_gives_each_device_its_block_of_every_chunk():
+    """Device i's slice of the reordered axis is [chunk_0 block i, ..., chunk_{k-1} block i]."""
+    from jln._distributed import shard_chunks
+
+    k, s, b, c = 3, 4, 2, 5
+    w = rng(30).normal(size=(c, k * s * b)).astype(np.float32)
+    out = np.asarray(shard_chunks(jnp.asarray(w), k, s))
+    for i in range(s):
+        want = np.concatenate([w[:, j * s * b + i * b: j * s * b + (i + 1) * b] for j in range(k)], axis=1)
+        np.testing.assert_array_equal(out[:, i * k * b: (i + 1) * k * b], want)
+    np.testing.assert_array_equal(np.asarray(shard_chunks(out, k, s, inverse=True)), w)
+    np.testing.assert_array_equal(np.asarray(shard_chunks(jnp.asarray(w.T), k, s, axis=0)), out.T)
+    with pytest.raises(ValueError, match="not divisible"):
+        shard_chunks(jnp.ones((4, 10)), 3, 2)
+    with pytest.raises(ValueError, match="positive int"):
+        shard_chunks(jnp.ones(8), 0, 2)
+
+
+@pytest.mark.parametrize("kind", ["AdaptiveLayerNorm", "AdaLNZero", "AdaLNContinuous"])
+def test_adaptive_modules_take_axis_name(kind):
+    """axis_name/axis_index_groups reach the core in both front-ends: inside vmap with the
+    feature axis split into 2 blocks, the result equals the unsplit module (chunks laid out by
+    shard_chunks); an unbound name raises the core's NameError in linen and nnx alike."""
+    from jln._distributed import shard_chunks
+
+    r = rng(31)
+    x = jnp.asarray(r.normal(size=(2, 3, 8)), jnp.float32)
+    c = jnp.asarray(r.normal(size=(2, 4)), jnp.float32)
+    k = {"AdaptiveLayerNorm": 2, "AdaLNZero": 6, "AdaLNContinuous": 2}[kind]
+    glob = getattr(L, kind)(features=8)
+    p = glob.init(jax.random.key(0), x, c)["params"]
+    p = jax.tree.map(lambda a: a + jnp.asarray(0.3 * r.normal(size=a.shape), a.dtype), p)
+    ref = glob.apply({"params": p}, x, c)
+    ref = ref if isinstance(ref, tuple) else (ref,)
+
+    def split(path, a):
+        if getattr(path[0], "key", "") in ("proj", "linear"):
+            a = shard_chunks(a, k, 2)
+        return jnp.stack(jnp.split(a, 2, axis=-1))  # [2 devices, ..., local]
+
+    pl = jax.tree_util.tree_map_with_path(split, p)
+    xl = jnp.stack(jnp.split(x, 2, axis=-1))
+    local = getattr(L, kind)(features=4, axis_name="d")
+    nmod = getattr(N, kind)(4, 4, axis_name="d", rngs=nnx.Rngs(0))
+    for run in (linen_fn(local), nnx_fn(nmod)):
+        # "allow": the core's merged LayerNorm statistics broadcast a rank (reported to the lead)
+        with jax.numpy_rank_promotion("allow"):
+            got = jax.vmap(lambda p, x, run=run: run(p, x, c), axis_name="d")(pl, xl)
+        got = got if isinstance(got, tuple) else (got,)
+        for g, want in zip(got, ref, strict=True):
+            close(jnp.concatenate(list(g), axis=-1), want, F32_TOL)
+        with pytest.raises(NameError):
+            run(jax.tree.map(lambda a: a[0], pl), xl[0], c)

@@ -9,6 +9,13 @@ Targets: Pallas Triton on NVIDIA GPUs, Pallas Mosaic on TPUs, and Pallas interpr
 CPU (only when asked for with ``impl="pallas"``; ``"auto"`` never picks it). Reverse mode
 (``grad``, ``vjp``) runs Pallas backward kernels; forward mode (``jvp``, ``jacfwd``) is not
 available on the kernel path (it is a ``jax.custom_vjp``): use ``impl="xla"`` there.
+
+Sharding: under ``jax.jit`` on a mesh with ``AxisType.Explicit`` axes, an ``x`` split along
+its rows (batch/sequence axes) runs the kernel on each device's block (``jax.shard_map``
+inside, no collective on the activation); a split normalized axis raises ``ValueError``
+(use ``impl="xla"``). On ``AxisType.Auto`` axes the sharding is unknown at trace time and the
+kernel has no partitioning rule yet: XLA gathers ``x`` to run it, so keep ``impl="xla"``
+there (or use an explicit mesh, or call the norm inside ``jax.shard_map``).
 """
 
 from __future__ import annotations
@@ -48,7 +55,10 @@ def unsupported_reason(op: str, x: Any, axis_name: Any, *, backend: str, **stati
     if backend not in _TARGETS:
         return f"no Pallas target for backend {backend!r} (kernels run on gpu, tpu, or cpu in interpret mode)"
     if axis_name is not None:
-        return "statistics across devices (axis_name) run on the XLA path only"
+        return (
+            "statistics across devices (axis_name=, or a normalized axis of x split over mesh "
+            "axes) run on the XLA path only"
+        )
     if op not in ("layer_norm", "rms_norm"):
         return f"no kernel for op {op!r}"
     axes = tuple(static["axes"])
