@@ -9,6 +9,7 @@ from jln._adaptive import ORDERS as ORDERS
 from jln._adaptive import adaptive_layer_norm as adaptive_layer_norm
 from jln._adaptive import modulate as modulate
 from jln._adaptive import split_condition as split_condition
+from jln._distributed import shard_chunks as shard_chunks
 from jln._layer_norm import add_layer_norm as add_layer_norm
 from jln._layer_norm import layer_norm as layer_norm
 from jln._rms_norm import CONVENTIONS as CONVENTIONS
@@ -26,5 +27,6 @@ __all__ = [
     "layer_norm",
     "modulate",
     "rms_norm",
+    "shard_chunks",
     "split_condition",
 ]

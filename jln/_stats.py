@@ -142,12 +142,12 @@ def _merged_centered(
     gathered = _collective(lax.all_gather, local, axis_name, groups)  # [P, 3, ...]
     gathered = checkpoint_name(gathered, STAT_NAMES[2])
     p_all, m_all, m2_all = gathered[:, 0], gathered[:, 1], gathered[:, 2]
-    p0 = p_all[0]
+    p0 = p_all[:1]  # the global pivot (device 0's), rank kept: no implicit rank promotion
     delta = (p_all - p0) + m_all  # each shard's mean about the global pivot
-    mu = jnp.mean(delta, axis=0)
+    mu = jnp.mean(delta, axis=0, keepdims=True)
     dev = delta - mu
     var = (jnp.sum(m2_all, axis=0) + n_loc * jnp.sum(dev * dev, axis=0)) / (n_loc * delta.shape[0])
-    shift = (p0 - pivot) + mu  # the global mean about this device's pivot (recomputed in bwd)
+    shift = (p0[0] - pivot) + mu[0]  # the global mean about this device's pivot (recomputed in bwd)
     return pivot + shift, xs - shift, var
 
 
