@@ -11,8 +11,9 @@ are sharded.
 
 Under ``AxisType.Auto`` axes the sharding is decided after tracing, so nothing here applies:
 XLA's partitioner splits the XLA body's reductions itself (several all-reduces of per-row
-values, never an all-gather of the activation). A Pallas kernel has no partitioning rule
-there yet (XLA gathers ``x`` around it), hence the kernels' advice to use ``impl="xla"``.
+values, never an all-gather of the activation), and the Pallas kernels carry their own
+``custom_partitioning`` rule (:mod:`jln.kernels._partition`: split rows stay local, a split
+normalized axis is all-gathered).
 """
 
 from __future__ import annotations

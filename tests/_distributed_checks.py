@@ -29,7 +29,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jln  # noqa: E402
 
-RESULTS: dict = {"shard_map": [], "jit": [], "grads": [], "pallas": [], "residuals": {}, "errors": {}, "hlo_shard_map": {}}
+RESULTS: dict = {"shard_map": [], "jit": [], "grads": [], "pallas": [], "pallas_auto": [], "residuals": {}, "errors": {}, "hlo_shard_map": {}}
 RNG = np.random.default_rng(0)
 COLLECTIVE = re.compile(
     r"=\s*(.+?)\s+(all-gather|all-reduce|reduce-scatter|collective-permute|all-to-all)(?:-start)?\("
@@ -273,8 +273,9 @@ def jit_layouts() -> None:
 
 
 def pallas_layouts() -> None:
-    """impl="pallas" (interpret mode on CPU) under jit + NamedSharding on explicit meshes: rows
-    split run the kernel on each shard (jln's run_local); a split hidden axis is declined."""
+    """impl="pallas" (interpret mode on CPU) under jit + NamedSharding. Explicit meshes: rows
+    split run the kernel on each shard (jln's run_local); a split hidden axis is declined.
+    Auto meshes: the kernels' custom_partitioning rule."""
     x = (3.0 + RNG.standard_normal((8, 8, 32))).astype(np.float32)
     s = (1 + 0.1 * RNG.standard_normal(32)).astype(np.float32)
     bi = (0.1 * RNG.standard_normal(32)).astype(np.float32)
@@ -299,6 +300,31 @@ def pallas_layouts() -> None:
             hlo = f.lower(*args).compile().as_text()
             RESULTS["pallas"].append({
                 "op": op, "layout": lname, "axis_types": "Explicit",
+                "fwd": maxdiff(got[0], ref[0]), "dx": maxdiff(got[1], ref[1]),
+                "dparams": max(maxdiff(got[2], ref[2]), maxdiff(got[3], ref[3])),
+                "ref_scale": float(max(np.max(np.abs(np.asarray(r))) for r in ref)),
+                "activation_elements": int(x.size), "collectives": collectives(hlo),
+                "kernel_in_hlo": "jln_" in hlo or "pallas" in hlo.lower(),
+                "out_sharding": str(got[0].sharding.spec),
+            })
+    # AxisType.Auto: the sharding is XLA's to decide; the kernels' custom_partitioning keeps
+    # split rows local and all-gathers a split normalized axis only (the documented fallback)
+    auto = {
+        "batch": ((8,), ("m",), P("m", None, None), P()),
+        "sequence": ((8,), ("m",), P(None, "m", None), P()),
+        "hidden": ((8,), ("m",), P(None, None, "m"), P("m")),
+        "data2_hidden4": ((2, 4), ("a", "b"), P("a", None, "b"), P("b")),
+    }
+    for lname, (shape, names, xspec, pspec) in auto.items():
+        ma = mesh(shape, names, AxisType.Auto)
+        args = (put(ma, x, xspec), put(ma, s, pspec), put(ma, bi, pspec), put(ma, ct, xspec))
+        for op, make in fns.items():
+            ref = jax.jit(lambda *a, make=make: fwd_bwd(make("xla"), *a))(x, s, bi, ct)
+            f = jax.jit(lambda *a, make=make: fwd_bwd(make("pallas"), *a))
+            got = f(*args)
+            hlo = f.lower(*args).compile().as_text()
+            RESULTS["pallas_auto"].append({
+                "op": op, "layout": lname, "axis_types": "Auto",
                 "fwd": maxdiff(got[0], ref[0]), "dx": maxdiff(got[1], ref[1]),
                 "dparams": max(maxdiff(got[2], ref[2]), maxdiff(got[3], ref[3])),
                 "ref_scale": float(max(np.max(np.abs(np.asarray(r))) for r in ref)),

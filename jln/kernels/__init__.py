@@ -13,9 +13,16 @@ available on the kernel path (it is a ``jax.custom_vjp``): use ``impl="xla"`` th
 Sharding: under ``jax.jit`` on a mesh with ``AxisType.Explicit`` axes, an ``x`` split along
 its rows (batch/sequence axes) runs the kernel on each device's block (``jax.shard_map``
 inside, no collective on the activation); a split normalized axis raises ``ValueError``
-(use ``impl="xla"``). On ``AxisType.Auto`` axes the sharding is unknown at trace time and the
-kernel has no partitioning rule yet: XLA gathers ``x`` to run it, so keep ``impl="xla"``
-there (or use an explicit mesh, or call the norm inside ``jax.shard_map``).
+(use ``impl="xla"``). On ``AxisType.Auto`` axes XLA's partitioner decides the sharding and
+the kernel calls carry a ``custom_partitioning`` rule (:mod:`jln.kernels._partition`): split
+rows (batch/sequence axes) stay on their devices, each device runs the kernels on its rows,
+and the backward all-reduces only the per-feature parameter gradients (one ``[n]`` vector
+each). A split normalized axis is all-gathered (that axis only: rows split over other mesh
+axes stay split), so keep ``impl="xla"`` for tensor-parallel hidden axes; a row axis the
+mesh does not divide evenly is gathered too. Per-example conditions (adaptive LayerNorm's
+``[B, 1, D]`` shift/scale) have no partitioning rule yet: XLA gathers ``x`` around those
+calls. Under ``jax.vmap`` the backward runs on the gathered arrays (per-example parameter
+gradients).
 """
 
 from __future__ import annotations
@@ -116,13 +123,16 @@ def _run(op: str, x: Array, named: dict[str, Array | None], axes: tuple[int, ...
         if c is None:
             continue
         arr, kind, t = _prepare(c, x.shape, k, rows, target, n, x.dtype)
+        if kind == _norm.ROW:  # shaped like x's rows, so it follows x's row sharding
+            arr = arr.reshape(x.shape[:k] + (n,))
         names.append(name)
         arrays.append(arr)
         kinds.append((kind, t))
     groups = tuple(t for kind, t in kinds if kind == _norm.GROUP)
     plan = _plan.make_plan(target, interpret, rows, n, x.dtype, groups)
     spec = _norm.Spec(op, plan, tuple(names), tuple(kinds), tuple(sorted(static.items())))
-    y = _norm.call(spec, x.reshape(rows, n), *arrays)
+    # the row axes stay separate, so a sharding of any of them carries over to the kernel call
+    y = _norm.call(spec, x.reshape(x.shape[:k] + (n,)), *arrays)
     return y.reshape(x.shape)
 
 

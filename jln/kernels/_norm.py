@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any
 
 import jax
@@ -31,7 +32,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from jln import _layer_norm, _rms_norm
-from jln.kernels._plan import Plan
+from jln.kernels._plan import Plan, make_plan
 from jln.kernels._portable import portable
 
 Array = jax.Array
@@ -322,7 +323,9 @@ def _forward(spec: Spec, x: Array, ops: tuple[Array, ...]) -> tuple[Array, list[
     return outs[0], list(outs[1:])
 
 
-def _backward(spec: Spec, x: Array, stats: list[Array], ops: tuple[Array, ...], dy: Array) -> tuple[Array, ...]:
+def _backward(
+    spec: Spec, x: Array, stats: list[Array], ops: tuple[Array, ...], dy: Array, cast_params: bool = True
+) -> tuple[Array, ...]:
     plan = spec.plan
     partial = jax.ShapeDtypeStruct((plan.num_blocks, 1, plan.n), F32)
     out_shape = [jax.ShapeDtypeStruct(x.shape, x.dtype)]
@@ -346,24 +349,89 @@ def _backward(spec: Spec, x: Array, stats: list[Array], ops: tuple[Array, ...], 
             part = jnp.sum(part, axis=0, keepdims=True)
         elif kind == GROUP:  # blocks never straddle groups: sum each group's t/br blocks
             part = jnp.sum(part.reshape(op.shape[0], t // plan.block_rows, 1, plan.n), axis=1)
-        grads.append(part.astype(op.dtype))
+        # float32 partial sums stay float32 when the caller still reduces them across devices
+        grads.append(part if (kind == PARAM and not cast_params) else part.astype(op.dtype))
     return (dx, *grads)
+
+
+# ----------------------------------------------------------------------------- any number of row axes
+
+
+def for_rows(spec: Spec, rows: int, dtype: Any) -> Spec:
+    """``spec`` with its plan rebuilt for ``rows`` rows (a device's block, or a vmapped batch);
+    only for specs without per-group operands, whose blocks depend on the global layout."""
+    plan = spec.plan
+    return dataclasses.replace(spec, plan=make_plan(plan.target, plan.interpret, rows, plan.n, dtype, ()))
+
+
+def row_partitionable(spec: Spec) -> bool:
+    """Whether every operand is per-feature or per-row, so any block of rows is a valid call."""
+    return all(kind != GROUP for kind, _ in spec.kinds)
+
+
+def _flat(spec: Spec, a: Array, kind: str = ROW) -> Array:
+    return a.reshape(-1, spec.plan.n) if kind == ROW else a
+
+
+def forward_nd(spec: Spec, x: Array, ops: tuple[Array, ...]) -> tuple[Array, ...]:
+    """``(y, *stats)`` for ``x [*lead, n]`` (row operands shaped like ``x``, statistics
+    ``[*lead, 1]``), with the plan rebuilt for ``x``'s row count when no operand is per-group."""
+    lead = x.shape[:-1]
+    if row_partitionable(spec):
+        spec = for_rows(spec, math.prod(lead), x.dtype)
+    flat_ops = tuple(_flat(spec, o, kd) for o, (kd, _) in zip(ops, spec.kinds, strict=True))
+    y, stats = _forward(spec, _flat(spec, x), flat_ops)
+    return (y.reshape(x.shape), *(st.reshape(lead + (1,)) for st in stats))
+
+
+def backward_nd(
+    spec: Spec, x: Array, dy: Array, stats: tuple[Array, ...], ops: tuple[Array, ...], cast_params: bool = True
+) -> tuple[Array, ...]:
+    """``(dx, *d_ops)`` for the layout of :func:`forward_nd`; per-feature parameter gradients
+    are this call's float32 partial sums when ``cast_params`` is False."""
+    if row_partitionable(spec):
+        spec = for_rows(spec, math.prod(x.shape[:-1]), x.dtype)
+    kinds = [kd for kd, _ in spec.kinds]
+    flat_ops = tuple(_flat(spec, o, kd) for o, kd in zip(ops, kinds, strict=True))
+    outs = _backward(spec, _flat(spec, x), [st.reshape(-1, 1) for st in stats], flat_ops, _flat(spec, dy), cast_params)
+    dops = (d.reshape(o.shape) if kd == ROW else d for d, o, kd in zip(outs[1:], ops, kinds, strict=True))
+    return (outs[0].reshape(x.shape), *dops)
+
+
+# ----------------------------------------------------------------------------- custom_vjp
+
+
+def _fwd_any(spec: Spec, x: Array, ops: tuple[Array, ...]) -> tuple[Array, ...]:
+    if row_partitionable(spec):
+        from jln.kernels import _partition
+
+        return _partition.forward(spec, x, ops)
+    return forward_nd(spec, x, ops)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def call(spec: Spec, x: Array, *ops: Array) -> Array:
-    """The kernel path on ``x [rows, n]`` and prepared operands; differentiable in reverse mode."""
-    return _forward(spec, x, ops)[0]
+    """The kernel path on ``x [*lead, n]`` and prepared operands; differentiable in reverse mode.
+
+    Per-feature and per-row operands go through :mod:`jln.kernels._partition` (XLA's
+    partitioner then splits the rows across devices); per-group operands run the kernels on
+    the global array.
+    """
+    return _fwd_any(spec, x, ops)[0]
 
 
 def _call_fwd(spec: Spec, x: Array, *ops: Array) -> tuple[Array, Any]:
-    y, stats = _forward(spec, x, ops)
-    return y, (x, stats, ops)
+    y, *stats = _fwd_any(spec, x, ops)
+    return y, (x, tuple(stats), ops)
 
 
 def _call_bwd(spec: Spec, res: Any, dy: Array) -> tuple[Array, ...]:
     x, stats, ops = res
-    return _backward(spec, x, stats, ops, dy)
+    if row_partitionable(spec):
+        from jln.kernels import _partition
+
+        return _partition.backward(spec, x, dy, stats, ops)
+    return backward_nd(spec, x, dy, stats, ops)
 
 
 call.defvjp(_call_fwd, _call_bwd)
