@@ -29,7 +29,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jln  # noqa: E402
 
-RESULTS: dict = {"shard_map": [], "jit": [], "grads": [], "pallas": [], "pallas_auto": [], "residuals": {}, "errors": {}, "hlo_shard_map": {}}
+RESULTS: dict = {"shard_map": [], "jit": [], "grads": [], "pallas": [], "pallas_auto": [], "pallas_auto_more": [], "residuals": {}, "errors": {}, "hlo_shard_map": {}}
 RNG = np.random.default_rng(0)
 COLLECTIVE = re.compile(
     r"=\s*(.+?)\s+(all-gather|all-reduce|reduce-scatter|collective-permute|all-to-all)(?:-start)?\("
@@ -332,6 +332,38 @@ def pallas_layouts() -> None:
                 "kernel_in_hlo": "jln_" in hlo or "pallas" in hlo.lower(),
                 "out_sharding": str(got[0].sharding.spec),
             })
+    # per-example conditions (adaLN's [B, 1, D] shift/scale: one group of rows per example)
+    # and jax.vmap (the mapped axis is one more row axis; per-example parameter gradients)
+    emb = RNG.standard_normal((8, 1, 64)).astype(np.float32)
+    ma = mesh((8,), ("m",), AxisType.Auto)
+
+    def ada(impl):
+        return lambda x, e: jln.adaptive_layer_norm(x, e, impl=impl)[0]
+
+    def per_example(impl):
+        return jax.vmap(jax.grad(lambda x, s: jnp.sum(jln.layer_norm(x, s, impl=impl) * x), argnums=(0, 1)), (0, None))
+
+    xv = x.reshape(2, 32, 32)
+    cases = {
+        "adaptive batch": (lambda impl: lambda x, e, ct: fwd_bwd2(ada(impl), x, e, ct), (x, emb, ct), (P("m"), P("m"), P("m"))),
+        "adaptive sequence": (lambda impl: lambda x, e, ct: fwd_bwd2(ada(impl), x, e, ct), (x, emb, ct), (P(None, "m"), P(), P(None, "m"))),
+        "vmap sequence": (lambda impl: per_example(impl), (xv, s), (P(None, "m"), P())),
+    }
+
+    def fwd_bwd2(fn, x, e, ct):
+        y, vjp = jax.vjp(fn, x, e)
+        return (y, *vjp(ct))
+
+    for lname, (make, arrays, specs) in cases.items():
+        args = tuple(put(ma, a, sp) for a, sp in zip(arrays, specs, strict=True))
+        ref = jax.jit(make("xla"))(*arrays)
+        f = jax.jit(make("pallas"))
+        got = f(*args)
+        RESULTS["pallas_auto_more"].append({
+            "layout": lname, "max_diff": max(maxdiff(g, r) for g, r in zip(got, ref, strict=True)),
+            "ref_scale": float(max(np.max(np.abs(np.asarray(r))) for r in ref)),
+            "activation_elements": int(x.size), "collectives": collectives(f.lower(*args).compile().as_text()),
+        })
     hidden = (put(m, x, P(None, None, "m")), put(m, s, P("m")), put(m, bi, P("m")))
     try:
         jax.jit(fns["layer_norm"]("pallas"))(*hidden)

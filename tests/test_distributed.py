@@ -153,6 +153,21 @@ def test_pallas_on_auto_meshes_gathers_only_a_split_hidden_axis(results: dict) -
         assert all(c["elements"] <= 32 for c in e["collectives"] if c["op"] != "all-gather"), e
 
 
+def test_pallas_on_auto_meshes_partitions_conditions_and_vmap(results: dict) -> None:
+    """Per-example conditions (adaLN's [B, 1, D]) follow x's rows: no collective with the batch
+    split, one all-reduce of the per-example gradients ([B, 1, D] each) with the sequence
+    split; under jax.vmap(grad) the per-example parameter gradients ([2, 1, D]) are all-reduced,
+    never x. Every result equals the unsharded XLA path."""
+    got = {e["layout"]: e for e in results["pallas_auto_more"]}
+    assert set(got) == {"adaptive batch", "adaptive sequence", "vmap sequence"}
+    for e in got.values():
+        assert e["max_diff"] <= 4 * _tol(e), e
+        assert all(c["op"] == "all-reduce" for c in e["collectives"]), e
+    assert got["adaptive batch"]["collectives"] == []
+    assert [c["elements"] for c in got["adaptive sequence"]["collectives"]] == [8 * 32]
+    assert [c["elements"] for c in got["vmap sequence"]["collectives"]] == [2 * 32]
+
+
 def test_pallas_declines_a_split_hidden_axis(results: dict) -> None:
     kind, msg = results["errors"]["pallas_hidden"]
     assert kind == "ValueError" and "impl='xla'" in msg and "split over mesh axes" in msg

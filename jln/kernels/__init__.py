@@ -16,13 +16,12 @@ inside, no collective on the activation); a split normalized axis raises ``Value
 (use ``impl="xla"``). On ``AxisType.Auto`` axes XLA's partitioner decides the sharding and
 the kernel calls carry a ``custom_partitioning`` rule (:mod:`jln.kernels._partition`): split
 rows (batch/sequence axes) stay on their devices, each device runs the kernels on its rows,
-and the backward all-reduces only the per-feature parameter gradients (one ``[n]`` vector
-each). A split normalized axis is all-gathered (that axis only: rows split over other mesh
-axes stay split), so keep ``impl="xla"`` for tensor-parallel hidden axes; a row axis the
-mesh does not divide evenly is gathered too. Per-example conditions (adaptive LayerNorm's
-``[B, 1, D]`` shift/scale) have no partitioning rule yet: XLA gathers ``x`` around those
-calls. Under ``jax.vmap`` the backward runs on the gathered arrays (per-example parameter
-gradients).
+per-example conditions (adaLN's ``[B, 1, D]``) follow their rows, and the backward
+all-reduces only the gradients of broadcast operands (one ``[n]`` vector per parameter, one
+per example for conditions, over the mesh axes the operand is broadcast along). A split
+normalized axis is all-gathered (that axis only: rows split over other mesh axes stay split),
+so keep ``impl="xla"`` for tensor-parallel hidden axes; a row axis the mesh does not divide
+evenly is gathered too.
 """
 
 from __future__ import annotations
@@ -93,44 +92,24 @@ def _target() -> tuple[str, bool]:
     return backend, False
 
 
-def _prepare(c: Array, x_shape: tuple[int, ...], k: int, rows: int, target: str, n: int, dtype: Any) -> tuple[Array, str, int]:
-    """Lay out an operand broadcastable against ``x`` as param ``[1,1,n]``, group ``[G,1,n]``
-    or row ``[rows,n]``; plain jnp, so autodiff carries cotangents back to its own shape."""
+def _prepare(c: Array, x_shape: tuple[int, ...], k: int, n: int) -> Array:
+    """Lay out an operand broadcastable against ``x`` as ``[*lead', n]``, ``lead'`` being
+    ``x``'s row axes or 1 where it broadcasts (the kernels pick the per-feature, per-group or
+    per-row layout from it); plain jnp, so autodiff carries cotangents back to its own shape."""
     c = jnp.asarray(c)
     c = c.reshape((1,) * (len(x_shape) - c.ndim) + c.shape)
-    lead, cl = x_shape[:k], c.shape[:k]
-    c = jnp.broadcast_to(c, cl + x_shape[k:])
-    for j in range(k, -1, -1):
-        if cl[:j] == lead[:j] and all(d == 1 for d in cl[j:]):
-            groups = math.prod(lead[:j])
-            break
-    else:
-        groups = rows  # broadcasts some other way: materialize it per row
-    t = rows // groups
-    if groups == rows:
-        return jnp.broadcast_to(c, x_shape).reshape(rows, n), _norm.ROW, 1
-    if groups > 1 and not _plan.group_block_ok(target, t, n, dtype):
-        return jnp.broadcast_to(c, x_shape).reshape(rows, n), _norm.ROW, 1
-    return c.reshape(groups, 1, n), (_norm.PARAM if groups == 1 else _norm.GROUP), t
+    c = jnp.broadcast_to(c, c.shape[:k] + x_shape[k:])
+    return c.reshape(c.shape[:k] + (n,))
 
 
 def _run(op: str, x: Array, named: dict[str, Array | None], axes: tuple[int, ...], static: dict[str, Any]) -> Array:
     k = x.ndim - len(axes)
     rows, n = math.prod(x.shape[:k]), math.prod(x.shape[k:])
     target, interpret = _target()
-    names, arrays, kinds = [], [], []
-    for name, c in named.items():
-        if c is None:
-            continue
-        arr, kind, t = _prepare(c, x.shape, k, rows, target, n, x.dtype)
-        if kind == _norm.ROW:  # shaped like x's rows, so it follows x's row sharding
-            arr = arr.reshape(x.shape[:k] + (n,))
-        names.append(name)
-        arrays.append(arr)
-        kinds.append((kind, t))
-    groups = tuple(t for kind, t in kinds if kind == _norm.GROUP)
-    plan = _plan.make_plan(target, interpret, rows, n, x.dtype, groups)
-    spec = _norm.Spec(op, plan, tuple(names), tuple(kinds), tuple(sorted(static.items())))
+    present = {name: c for name, c in named.items() if c is not None}
+    arrays = [_prepare(c, x.shape, k, n) for c in present.values()]
+    plan = _plan.make_plan(target, interpret, rows, n, x.dtype, ())  # redone per call by _norm.localize
+    spec = _norm.Spec(op, plan, tuple(present), (), tuple(sorted(static.items())))
     # the row axes stay separate, so a sharding of any of them carries over to the kernel call
     y = _norm.call(spec, x.reshape(x.shape[:k] + (n,)), *arrays)
     return y.reshape(x.shape)

@@ -32,7 +32,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from jln import _layer_norm, _rms_norm
-from jln.kernels._plan import Plan, make_plan
+from jln.kernels._plan import Plan, group_block_ok, make_plan
 from jln.kernels._portable import portable
 
 Array = jax.Array
@@ -50,7 +50,7 @@ class Spec:
     op: str  # "ln" or "rms"
     plan: Plan
     names: tuple[str, ...]  # which optional operands are present, in slot order
-    kinds: tuple[tuple[str, int], ...]  # (kind, rows per group) per present operand
+    kinds: tuple[tuple[str, int], ...]  # (kind, rows per group) per present operand (see localize)
     static: tuple[tuple[str, Any], ...]  # the core body's keyword arguments
 
     @property
@@ -350,88 +350,113 @@ def _backward(
         elif kind == GROUP:  # blocks never straddle groups: sum each group's t/br blocks
             part = jnp.sum(part.reshape(op.shape[0], t // plan.block_rows, 1, plan.n), axis=1)
         # float32 partial sums stay float32 when the caller still reduces them across devices
-        grads.append(part if (kind == PARAM and not cast_params) else part.astype(op.dtype))
+        grads.append(part if (kind != ROW and not cast_params) else part.astype(op.dtype))
     return (dx, *grads)
 
 
 # ----------------------------------------------------------------------------- any number of row axes
 
 
-def for_rows(spec: Spec, rows: int, dtype: Any) -> Spec:
-    """``spec`` with its plan rebuilt for ``rows`` rows (a device's block, or a vmapped batch);
-    only for specs without per-group operands, whose blocks depend on the global layout."""
+def localize(spec: Spec, x_shape: tuple[int, ...], op_shapes: list[tuple[int, ...]], dtype: Any) -> tuple[Spec, tuple[bool, ...]]:
+    """``spec`` for ``x [*lead, n]`` and operands broadcastable against it (``[*lead', n]``,
+    ``lead'`` entries equal to ``lead``'s or 1), with operand kinds and plan derived from these
+    shapes (a device's block under partitioning, a vmapped batch), and for each operand whether
+    it must be materialized per row (a broadcast the kernels cannot read per block).
+    """
     plan = spec.plan
-    return dataclasses.replace(spec, plan=make_plan(plan.target, plan.interpret, rows, plan.n, dtype, ()))
+    lead = tuple(x_shape[:-1])
+    rows = math.prod(lead)
+    kinds: list[tuple[str, int]] = []
+    materialize: list[bool] = []
+    for shape in op_shapes:
+        ol = tuple(shape[:-1])
+        groups = math.prod(ol)
+        j = 0
+        while j < len(lead) and ol[j] == lead[j]:
+            j += 1
+        grouped = all(d == 1 for d in ol[j:])  # one row per group of the trailing row axes
+        if groups == 1:
+            kind = (PARAM, 1)
+        elif ol == lead or (grouped and groups == rows):
+            kind = (ROW, 1)
+        elif grouped and group_block_ok(plan.target, rows // groups, plan.n, dtype):
+            kind = (GROUP, rows // groups)
+        else:
+            kind = (ROW, 1)
+        kinds.append(kind)
+        materialize.append(kind[0] == ROW and math.prod(shape) != math.prod(x_shape))
+    groups_rows = tuple(t for kd, t in kinds if kd == GROUP)
+    plan = make_plan(plan.target, plan.interpret, rows, plan.n, dtype, groups_rows)
+    return dataclasses.replace(spec, plan=plan, kinds=tuple(kinds)), tuple(materialize)
 
 
-def row_partitionable(spec: Spec) -> bool:
-    """Whether every operand is per-feature or per-row, so any block of rows is a valid call."""
-    return all(kind != GROUP for kind, _ in spec.kinds)
-
-
-def _flat(spec: Spec, a: Array, kind: str = ROW) -> Array:
-    return a.reshape(-1, spec.plan.n) if kind == ROW else a
+def _flat_op(spec: Spec, op: Array, kind: str, materialize: bool, x_shape: tuple[int, ...]) -> Array:
+    n = spec.plan.n
+    if materialize:
+        op = jnp.broadcast_to(op, x_shape)
+    if kind == ROW:
+        return op.reshape(-1, n)
+    return op.reshape(-1, 1, n)  # param [1, 1, n] or group [G, 1, n]
 
 
 def forward_nd(spec: Spec, x: Array, ops: tuple[Array, ...]) -> tuple[Array, ...]:
-    """``(y, *stats)`` for ``x [*lead, n]`` (row operands shaped like ``x``, statistics
-    ``[*lead, 1]``), with the plan rebuilt for ``x``'s row count when no operand is per-group."""
+    """``(y, *stats)`` for ``x [*lead, n]`` and operands broadcastable against it (see
+    :func:`localize`); statistics are ``[*lead, 1]``."""
     lead = x.shape[:-1]
-    if row_partitionable(spec):
-        spec = for_rows(spec, math.prod(lead), x.dtype)
-    flat_ops = tuple(_flat(spec, o, kd) for o, (kd, _) in zip(ops, spec.kinds, strict=True))
-    y, stats = _forward(spec, _flat(spec, x), flat_ops)
+    spec, mat = localize(spec, x.shape, [o.shape for o in ops], x.dtype)
+    flat = tuple(_flat_op(spec, o, kd, m, x.shape) for o, (kd, _), m in zip(ops, spec.kinds, mat, strict=True))
+    y, stats = _forward(spec, x.reshape(-1, spec.plan.n), flat)
     return (y.reshape(x.shape), *(st.reshape(lead + (1,)) for st in stats))
 
 
 def backward_nd(
     spec: Spec, x: Array, dy: Array, stats: tuple[Array, ...], ops: tuple[Array, ...], cast_params: bool = True
 ) -> tuple[Array, ...]:
-    """``(dx, *d_ops)`` for the layout of :func:`forward_nd`; per-feature parameter gradients
-    are this call's float32 partial sums when ``cast_params`` is False."""
-    if row_partitionable(spec):
-        spec = for_rows(spec, math.prod(x.shape[:-1]), x.dtype)
-    kinds = [kd for kd, _ in spec.kinds]
-    flat_ops = tuple(_flat(spec, o, kd) for o, kd in zip(ops, kinds, strict=True))
-    outs = _backward(spec, _flat(spec, x), [st.reshape(-1, 1) for st in stats], flat_ops, _flat(spec, dy), cast_params)
-    dops = (d.reshape(o.shape) if kd == ROW else d for d, o, kd in zip(outs[1:], ops, kinds, strict=True))
+    """``(dx, *d_ops)`` for the layout of :func:`forward_nd`, each ``d_op`` of its operand's
+    shape; gradients of broadcast operands are this call's float32 partial sums (summed over
+    this call's rows only) when ``cast_params`` is False."""
+    spec, mat = localize(spec, x.shape, [o.shape for o in ops], x.dtype)
+    n = spec.plan.n
+    flat = tuple(_flat_op(spec, o, kd, m, x.shape) for o, (kd, _), m in zip(ops, spec.kinds, mat, strict=True))
+    outs = _backward(
+        spec, x.reshape(-1, n), [st.reshape(-1, 1) for st in stats], flat, dy.reshape(-1, n), cast_params
+    )
+    dops = []
+    for d, o, m in zip(outs[1:], ops, mat, strict=True):
+        if m:  # per-row cotangents of a broadcast operand: sum them over its broadcast axes
+            d = d.reshape(x.shape).astype(F32)
+            axes = tuple(i for i in range(x.ndim - 1) if o.shape[i] == 1 and x.shape[i] != 1)
+            d = jnp.sum(d, axis=axes, keepdims=True)
+            d = d if not cast_params else d.astype(o.dtype)
+        dops.append(d.reshape(o.shape))
     return (outs[0].reshape(x.shape), *dops)
 
 
 # ----------------------------------------------------------------------------- custom_vjp
 
 
-def _fwd_any(spec: Spec, x: Array, ops: tuple[Array, ...]) -> tuple[Array, ...]:
-    if row_partitionable(spec):
-        from jln.kernels import _partition
-
-        return _partition.forward(spec, x, ops)
-    return forward_nd(spec, x, ops)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def call(spec: Spec, x: Array, *ops: Array) -> Array:
-    """The kernel path on ``x [*lead, n]`` and prepared operands; differentiable in reverse mode.
+    """The kernel path on ``x [*lead, n]`` and operands broadcastable against it ``[*lead', n]``;
+    differentiable in reverse mode. Both directions go through :mod:`jln.kernels._partition`,
+    so XLA's partitioner can split the rows across devices."""
+    from jln.kernels import _partition
 
-    Per-feature and per-row operands go through :mod:`jln.kernels._partition` (XLA's
-    partitioner then splits the rows across devices); per-group operands run the kernels on
-    the global array.
-    """
-    return _fwd_any(spec, x, ops)[0]
+    return _partition.forward(spec, x, ops)[0]
 
 
 def _call_fwd(spec: Spec, x: Array, *ops: Array) -> tuple[Array, Any]:
-    y, *stats = _fwd_any(spec, x, ops)
+    from jln.kernels import _partition
+
+    y, *stats = _partition.forward(spec, x, ops)
     return y, (x, tuple(stats), ops)
 
 
 def _call_bwd(spec: Spec, res: Any, dy: Array) -> tuple[Array, ...]:
-    x, stats, ops = res
-    if row_partitionable(spec):
-        from jln.kernels import _partition
+    from jln.kernels import _partition
 
-        return _partition.backward(spec, x, dy, stats, ops)
-    return backward_nd(spec, x, dy, stats, ops)
+    x, stats, ops = res
+    return _partition.backward(spec, x, dy, stats, ops)
 
 
 call.defvjp(_call_fwd, _call_bwd)

@@ -5,24 +5,28 @@ every device. The forward and the backward kernel calls are therefore each wrapp
 ``jax.experimental.custom_partitioning`` (it has no differentiation rule, so it sits inside
 :func:`jln.kernels._norm.call`'s ``custom_vjp``, once per direction):
 
-* ``x [*lead, n]``, per-row operands and the saved statistics ``[*lead, 1]`` keep the
-  sharding of ``x``'s row axes (``lead``); each device runs the kernels on its block of rows
-  with a plan sized for that block. No collective touches the activation.
-* The normalized axis ``n`` and the per-feature parameters ``[1, 1, n]`` are replicated: when
-  ``n`` arrives split over mesh axes, XLA all-gathers that axis only (each device keeps its
-  rows), runs the kernel, and slices the result back. That gather moves the activation;
-  ``impl="xla"`` (or an explicit mesh, where jln merges per-row statistics instead) avoids it.
-* The backward's per-feature parameter gradients are each device's float32 partial sums,
-  all-reduced over the mesh axes that split the rows (one ``[1, 1, n]`` vector per
-  parameter), then cast to the parameter's dtype.
+* ``x [*lead, n]``, the saved statistics ``[*lead, 1]`` and ``dx`` keep the sharding of
+  ``x``'s row axes (``lead``); each device runs the kernels on its block of rows with a plan
+  sized for that block (:func:`jln.kernels._norm.localize`). No collective touches the
+  activation.
+* Operands are broadcastable against ``x`` (``[*lead', n]``, each row axis ``x``'s or 1):
+  they follow ``x`` on the row axes they share with it (a per-example condition
+  ``[B, 1, n]`` is split with ``x``'s batch) and are replicated on the others.
+* The normalized axis ``n`` is replicated: when it arrives split over mesh axes, XLA
+  all-gathers that axis only (each device keeps its rows), runs the kernel, and slices the
+  result back. That gather moves the activation; ``impl="xla"`` (or an explicit mesh, where
+  jln merges per-row statistics instead) avoids it.
+* The backward's gradient of a broadcast operand is each device's float32 partial sum,
+  all-reduced over the mesh axes that split the row axes the operand broadcasts along (a
+  ``[1, 1, n]`` vector per parameter), then cast to the operand's dtype.
 * A row axis whose size the mesh axes do not divide evenly is replicated rather than padded
   (padded rows would add garbage to the parameter gradients).
 
 Outside a multi-device computation (one device, or inside ``jax.shard_map`` where every axis
-is manual) ``custom_partitioning`` inlines the kernels unchanged. Under ``jax.vmap`` the
-forward folds the mapped axis into the rows (still partitioned); the backward, whose
-parameter gradients must stay per example, runs the kernels' own batching on the global
-arrays (``custom_partitioning`` has no batching rule).
+is manual) ``custom_partitioning`` inlines the kernels unchanged. ``custom_partitioning`` has
+no batching rule, so each direction is also a ``jax.custom_batching.custom_vmap`` whose rule
+makes the mapped axis one more row axis (an unmapped operand is broadcast over it, in the
+backward as one group per example so each example gets its own gradient).
 """
 
 from __future__ import annotations
@@ -46,6 +50,11 @@ def _n_stats(spec: _norm.Spec) -> int:
     return 2 if spec.op == "ln" else 1
 
 
+def _signature(x: Array, ops: tuple[Array, ...]) -> tuple[int, tuple[tuple[bool, ...], ...]]:
+    """Static layout: ``x``'s rank and, per operand, which row axes it shares with ``x``."""
+    return x.ndim, tuple(tuple(o.shape[i] == x.shape[i] != 1 for i in range(x.ndim - 1)) for o in ops)
+
+
 # ----------------------------------------------------------------------------- sharding decisions
 
 
@@ -60,71 +69,79 @@ def _names(entry: Any) -> tuple[Any, ...]:
     return tuple(entry) if isinstance(entry, tuple) else (entry,)
 
 
-def _row_layout(mesh: Any, x_info: Any) -> tuple[PartitionSpec, tuple[Any, ...]]:
-    """``(spec of x, mesh axes splitting the rows)``: x's row-axis sharding where it divides
-    evenly, the normalized (last) axis replicated."""
+def _row_entries(mesh: Any, x_info: Any) -> tuple[Any, ...]:
+    """x's sharding of each row axis where the mesh axes divide it evenly, else None."""
     shape = tuple(x_info.shape)
     if not isinstance(x_info.sharding, NamedSharding):  # no mesh to name axes with: replicate
-        return PartitionSpec(*(None,) * len(shape)), ()
+        return (None,) * (len(shape) - 1)
     sizes = dict(mesh.shape)
     rows: list[Any] = []
     for dim, entry in zip(shape[:-1], _entries(x_info.sharding, len(shape))[:-1], strict=True):
         split = math.prod(sizes[a] for a in _names(entry))
         rows.append(entry if entry is not None and dim % split == 0 else None)
-    axes = tuple(a for e in rows for a in _names(e))
-    return PartitionSpec(*rows, None), axes
+    return tuple(rows)
 
 
-def _shardings(mesh: Any, x_spec: PartitionSpec) -> tuple[Any, Any, Any]:
-    """``(x-like, statistics, replicated)`` NamedShardings for the row layout ``x_spec``."""
-    stat = PartitionSpec(*tuple(x_spec)[:-1], None)
-    return NamedSharding(mesh, x_spec), NamedSharding(mesh, stat), NamedSharding(mesh, PartitionSpec())
+def _like(mesh: Any, rows: tuple[Any, ...], shared: tuple[bool, ...] | None, last: int = 1) -> NamedSharding:
+    """Sharding of an array laid out like x's rows (all shared, or per ``shared``) with the
+    normalized (or statistics) axis replicated."""
+    entries = rows if shared is None else tuple(e if s else None for e, s in zip(rows, shared, strict=True))
+    return NamedSharding(mesh, PartitionSpec(*entries, *(None,) * last))
 
 
-def _op_shardings(spec: _norm.Spec, x_like: Any, rep: Any) -> list[Any]:
-    return [x_like if kind == _norm.ROW else rep for kind, _ in spec.kinds]
+def _summed_axes(rows: tuple[Any, ...], shared: tuple[bool, ...]) -> tuple[Any, ...]:
+    """Mesh axes splitting the row axes an operand broadcasts over: its gradient's partial
+    sums are added across them."""
+    return tuple(a for e, s in zip(rows, shared, strict=True) if not s for a in _names(e))
 
 
-def _rule(spec: _norm.Spec, ndim: int, backward: bool) -> str:
-    """Shardy rule: row factors shared by x, row operands, statistics and dx; one factor for
-    the normalized axis; size-1 axes of parameters and statistics get factors of their own."""
+def _rule(sig: tuple[int, tuple[tuple[bool, ...], ...]], n_stats: int, backward: bool) -> str:
+    """Shardy rule: row factors shared by x, statistics, dx and the operands' matching axes;
+    one factor for the normalized axis; broadcast (size-1) axes get factors of their own."""
+    ndim, shared = sig
     rows = [f"r{i}" for i in range(ndim - 1)]
     x = " ".join(rows + ["n"])
     stat = " ".join(rows + ["s"])
-    ops = [x if kind == _norm.ROW else f"p{i} q{i} n" for i, (kind, _) in enumerate(spec.kinds)]
+
+    def op(i: int, tag: str) -> str:
+        return " ".join([r if s else f"{tag}{i}_{d}" for d, (r, s) in enumerate(zip(rows, shared[i], strict=True))] + ["n"])
+
+    ops = [op(i, "u") for i in range(len(shared))]
     if not backward:
-        return f"{', '.join([x, *ops])} -> {', '.join([x] + [stat] * _n_stats(spec))}"
-    args = [x, x] + [stat] * _n_stats(spec) + ops
-    outs = [x] + [x if kind == _norm.ROW else f"g{i} h{i} n" for i, (kind, _) in enumerate(spec.kinds)]
-    return f"{', '.join(args)} -> {', '.join(outs)}"
+        return f"{', '.join([x, *ops])} -> {', '.join([x] + [stat] * n_stats)}"
+    args = [x, x] + [stat] * n_stats + ops
+    return f"{', '.join(args)} -> {', '.join([x] + [op(i, 'v') for i in range(len(shared))])}"
 
 
 # ----------------------------------------------------------------------------- forward
 
 
-def _fwd_impl(spec: _norm.Spec, ndim: int, x: Array, *ops: Array) -> tuple[Array, ...]:
-    del ndim  # static only for the sharding rule
+def _fwd_impl(spec: _norm.Spec, sig: Any, x: Array, *ops: Array) -> tuple[Array, ...]:
+    del sig  # static only for the sharding decisions
     return _norm.forward_nd(spec, x, ops)
 
 
-def _fwd_partition(spec: _norm.Spec, ndim: int, mesh: Any, arg_infos: Any, result_infos: Any) -> Any:
-    x_spec, _ = _row_layout(mesh, arg_infos[0])
-    x_like, stat, rep = _shardings(mesh, x_spec)
-    lower = functools.partial(_fwd_impl, spec, ndim)
-    return mesh, lower, (x_like, *[stat] * _n_stats(spec)), (x_like, *_op_shardings(spec, x_like, rep))
+def _fwd_shardings(spec: _norm.Spec, sig: Any, mesh: Any, arg_infos: Any) -> tuple[Any, Any]:
+    rows = _row_entries(mesh, arg_infos[0])
+    x_like = _like(mesh, rows, None)
+    outs = (x_like, *[_like(mesh, rows, None)] * _n_stats(spec))
+    return outs, (x_like, *(_like(mesh, rows, s) for s in sig[1]))
 
 
-def _fwd_infer(spec: _norm.Spec, ndim: int, mesh: Any, arg_infos: Any, result_infos: Any) -> Any:
-    x_spec, _ = _row_layout(mesh, arg_infos[0])
-    x_like, stat, _ = _shardings(mesh, x_spec)
-    return (x_like, *[stat] * _n_stats(spec))
+def _fwd_partition(spec: _norm.Spec, sig: Any, mesh: Any, arg_infos: Any, result_infos: Any) -> Any:
+    outs, args = _fwd_shardings(spec, sig, mesh, arg_infos)
+    return mesh, functools.partial(_fwd_impl, spec, sig), outs, args
+
+
+def _fwd_infer(spec: _norm.Spec, sig: Any, mesh: Any, arg_infos: Any, result_infos: Any) -> Any:
+    return _fwd_shardings(spec, sig, mesh, arg_infos)[0]
 
 
 _fwd_cp = custom_partitioning(_fwd_impl, static_argnums=(0, 1))
 _fwd_cp.def_partition(
     partition=_fwd_partition,
     infer_sharding_from_operands=_fwd_infer,
-    sharding_rule=lambda spec, ndim, *_: _rule(spec, ndim, backward=False),
+    sharding_rule=lambda spec, sig, *_: _rule(sig, _n_stats(spec), backward=False),
 )
 
 
@@ -133,21 +150,16 @@ def forward(spec: _norm.Spec, x: Array, ops: tuple[Array, ...]) -> tuple[Array, 
 
     @custom_vmap
     def fwd(x: Array, *ops: Array) -> tuple[Array, ...]:
-        return _fwd_cp(spec, x.ndim, x, *ops)
+        return tuple(_fwd_cp(spec, _signature(x, ops), x, *ops))
 
     @fwd.def_vmap
     def fwd_batched(axis_size: int, in_batched: list[bool], x: Array, *ops: Array) -> Any:
-        params_batched = any(b for b, (kd, _) in zip(in_batched[1:], spec.kinds, strict=True) if kd != _norm.ROW)
-        if in_batched[0] and not params_batched:  # the mapped axis is one more row axis
-            ops = tuple(
-                jnp.broadcast_to(o, x.shape) if kd == _norm.ROW and not b else o
-                for o, b, (kd, _) in zip(ops, in_batched[1:], spec.kinds, strict=True)
-            )
-            out = fwd(x, *ops)
-        else:
-            axes = [0 if b else None for b in in_batched]
-            out = jax.vmap(functools.partial(_norm.forward_nd, spec), in_axes=(axes[0], tuple(axes[1:])))(x, ops)
-        return tuple(out), (True,) * len(out)
+        # the mapped axis is one more row axis; unmapped operands broadcast over it (size 1)
+        if not in_batched[0]:
+            x = jnp.broadcast_to(x, (axis_size, *x.shape))
+        ops = tuple(o if b else o[None] for o, b in zip(ops, in_batched[1:], strict=True))
+        out = fwd(x, *ops)
+        return out, (True,) * len(out)
 
     return tuple(fwd(x, *ops))
 
@@ -160,55 +172,60 @@ def _bwd_local(spec: _norm.Spec, x: Array, dy: Array, *rest: Array) -> tuple[Arr
     return _norm.backward_nd(spec, x, dy, tuple(rest[:k]), tuple(rest[k:]), cast_params=False)
 
 
-def _bwd_impl(spec: _norm.Spec, ndim: int, x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
-    del ndim
+def _bwd_impl(spec: _norm.Spec, sig: Any, x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
+    del sig
     return _bwd_local(spec, x, dy, *rest)
 
 
-def _bwd_partition(spec: _norm.Spec, ndim: int, mesh: Any, arg_infos: Any, result_infos: Any) -> Any:
-    x_spec, row_axes = _row_layout(mesh, arg_infos[0])
-    x_like, stat, rep = _shardings(mesh, x_spec)
-    kinds = [kind for kind, _ in spec.kinds]
+def _bwd_shardings(spec: _norm.Spec, sig: Any, mesh: Any, arg_infos: Any) -> tuple[Any, Any, tuple[Any, ...]]:
+    rows = _row_entries(mesh, arg_infos[0])
+    x_like = _like(mesh, rows, None)
+    op_sh = tuple(_like(mesh, rows, s) for s in sig[1])
+    args = (x_like, x_like, *[_like(mesh, rows, None)] * _n_stats(spec), *op_sh)
+    return (x_like, *op_sh), args, rows
+
+
+def _bwd_partition(spec: _norm.Spec, sig: Any, mesh: Any, arg_infos: Any, result_infos: Any) -> Any:
+    outs, args, rows = _bwd_shardings(spec, sig, mesh, arg_infos)
+    summed = [_summed_axes(rows, s) for s in sig[1]]
 
     def lower(x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
         dx, *dops = _bwd_local(spec, x, dy, *rest)
-        if row_axes:  # each device summed its own rows: add the blocks' per-feature partials
-            dops = [d if kd == _norm.ROW else jax.lax.psum(d, row_axes) for d, kd in zip(dops, kinds, strict=True)]
+        # each device summed its own rows: add the partial sums of the devices sharing a row
+        # of the operand (only the small per-feature / per-group vectors travel)
+        dops = [jax.lax.psum(d, ax) if ax else d for d, ax in zip(dops, summed, strict=True)]
         return (dx, *dops)
 
-    op_sh = _op_shardings(spec, x_like, rep)
-    args = (x_like, x_like, *[stat] * _n_stats(spec), *op_sh)
-    return mesh, lower, (x_like, *op_sh), args
+    return mesh, lower, outs, args
 
 
-def _bwd_infer(spec: _norm.Spec, ndim: int, mesh: Any, arg_infos: Any, result_infos: Any) -> Any:
-    x_spec, _ = _row_layout(mesh, arg_infos[0])
-    x_like, _, rep = _shardings(mesh, x_spec)
-    return (x_like, *_op_shardings(spec, x_like, rep))
+def _bwd_infer(spec: _norm.Spec, sig: Any, mesh: Any, arg_infos: Any, result_infos: Any) -> Any:
+    return _bwd_shardings(spec, sig, mesh, arg_infos)[0]
 
 
 _bwd_cp = custom_partitioning(_bwd_impl, static_argnums=(0, 1))
 _bwd_cp.def_partition(
     partition=_bwd_partition,
     infer_sharding_from_operands=_bwd_infer,
-    sharding_rule=lambda spec, ndim, *_: _rule(spec, ndim, backward=True),
+    sharding_rule=lambda spec, sig, *_: _rule(sig, _n_stats(spec), backward=True),
 )
 
 
 def backward(spec: _norm.Spec, x: Array, dy: Array, stats: tuple[Array, ...], ops: tuple[Array, ...]) -> tuple[Array, ...]:
-    """:func:`jln.kernels._norm.backward_nd`, partitioned by rows; parameter gradients cast
-    to their dtype after the cross-device sum."""
+    """:func:`jln.kernels._norm.backward_nd`, partitioned by rows; broadcast operands'
+    gradients cast to their dtype after the cross-device sum."""
 
     @custom_vmap
     def bwd(x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
-        return _bwd_cp(spec, x.ndim, x, dy, *rest)
+        return tuple(_bwd_cp(spec, _signature(x, rest[_n_stats(spec):]), x, dy, *rest))
 
     @bwd.def_vmap
     def bwd_batched(axis_size: int, in_batched: list[bool], *args: Array) -> Any:
-        # per-example parameter gradients: the kernels' own batching on the global arrays
-        axes = [0 if b else None for b in in_batched]
-        out = jax.vmap(functools.partial(_bwd_local, spec), in_axes=axes, axis_size=axis_size)(*args)
-        return tuple(out), (True,) * len(out)
+        # every example needs its own operand gradients: give every argument the mapped axis
+        # (an unmapped parameter becomes one group per example)
+        args = tuple(a if b else jnp.broadcast_to(a, (axis_size, *a.shape)) for a, b in zip(args, in_batched, strict=True))
+        out = bwd(*args)
+        return out, (True,) * len(out)
 
     dx, *dops = bwd(x, dy, *stats, *ops)
     return (dx, *(d.astype(o.dtype) for d, o in zip(dops, ops, strict=True)))
