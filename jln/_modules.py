@@ -424,7 +424,8 @@ def mha(
     """Multi-head self-attention on ``x [B, T, D]`` (torch ``nn.MultiheadAttention`` math).
 
     ``softmax(q k^T / sqrt(D / num_heads) + mask) v`` per head, projections in ``dtype``,
-    scores and softmax in float32 (float64 for float64). A bool ``key_padding_mask [B, T]``
+    scores, softmax and the weighted sum in float32 (float64 for float64), one rounding to
+    ``dtype`` per head output. A bool ``key_padding_mask [B, T]``
     masks keys where True (torch's convention) with the most negative float rather than
     ``-inf``: rows with some visible key match torch exactly; a fully masked row averages
     the values instead of torch's NaN.
@@ -440,10 +441,12 @@ def mha(
             scores = jnp.where(m, jnp.finfo(sd).min, scores)
         else:
             scores = scores + m.astype(sd)
-    w = jax.nn.softmax(scores, axis=-1).astype(dtype)
+    # torch's CPU attention (scaled_dot_product_attention, flash kernel) keeps the
+    # probabilities and the weighted sum in float32 and rounds the head output once
+    w = jax.nn.softmax(scores, axis=-1)
     if dropout_fn is not None:
         w = dropout_fn(w)
-    o = jnp.einsum("bhqk,bkhd->bqhd", w, v).reshape(b, t, d)
+    o = jnp.einsum("bhqk,bkhd->bqhd", w, v.astype(sd)).astype(dtype).reshape(b, t, d)
     return dense(p["out"], o, dtype)
 
 
