@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
 
-from jln import _checks
+from jln import _checks, _distributed
 
 IMPLS = ("auto", "xla", "pallas")
 
@@ -33,3 +34,38 @@ def choose(impl: str, fn: str, op: str, x: Any, axis_name: Any, **static: Any) -
     if reason is None and kernels.native(backend):
         return "pallas"
     return "xla"
+
+
+def apply(
+    fn: str,
+    impl: str,
+    op: str,
+    body: Callable[..., Any],
+    kernel: str,
+    x: Any,
+    operands: tuple[Any, ...],
+    static: dict[str, Any],
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+) -> Any:
+    """Run one norm call: the XLA ``body`` or the kernel ``jln.kernels.<kernel>``.
+
+    Both take ``(x, *operands, **static)`` plus, only when set, the distributed statistics
+    (``axis_name``), which kernels see only if ``unsupported_reason`` declared support. An
+    ``x`` sharded over explicit mesh axes runs on its local blocks (:mod:`jln._distributed`).
+    """
+    dist = {} if axis_name is None else dict(axis_name=axis_name, axis_index_groups=axis_index_groups)
+    pallas = choose(impl, fn, op, x, axis_name, **static) == "pallas"
+    layout = None if axis_name is not None else _distributed.explicit_layout(x)
+    if _distributed.wants_local(layout, static["axes"], pallas):
+
+        def local(xl: Any, *ops: Any, axis_name: Any) -> Any:
+            return apply(fn, impl, op, body, kernel, xl, ops, static, axis_name)
+
+        return _distributed.run_local(local, layout, static["axes"], x, *operands)  # type: ignore[arg-type]
+    with jax.named_scope(fn):
+        if pallas:
+            from jln import kernels
+
+            return getattr(kernels, kernel)(x, *operands, **static, **dist)
+        return body(x, *operands, **static, **dist)

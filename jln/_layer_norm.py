@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _checks, _dispatch, _distributed, _stats
+from jln import _checks, _dispatch, _stats
 from jln._checks import Axis
 
 Array = jax.Array
@@ -115,23 +115,10 @@ def ln_apply(
 ) -> Array:
     """Run the LayerNorm contract through XLA (:func:`ln_body`) or a Pallas kernel."""
     static = dict(axes=axes, eps=eps, out_dtype=out_dtype, mod_offset=mod_offset, mod_dtype=mod_dtype)
-    # distributed statistics (axis_name=): passed on only when set, so kernels see them only
-    # if they declared support for them in unsupported_reason
-    dist = {} if axis_name is None else dict(axis_name=axis_name, axis_index_groups=axis_index_groups)
-    pallas = _dispatch.choose(impl, fn, "layer_norm", x, axis_name, **static) == "pallas"
-    layout = None if axis_name is not None else _distributed.explicit_layout(x)
-    if _distributed.wants_local(layout, axes, pallas):  # explicit sharding: run on local blocks
-
-        def local(xl: Array, *ops: Array | None, axis_name: Any) -> Array:
-            return ln_apply(fn, impl, xl, *ops, **static, axis_name=axis_name)  # type: ignore[arg-type]
-
-        return _distributed.run_local(local, layout, axes, x, scale, bias, shift, mscale)  # type: ignore[arg-type]
-    with jax.named_scope(fn):
-        if pallas:
-            from jln import kernels
-
-            return kernels.ln(x, scale, bias, shift, mscale, **static, **dist)
-        return ln_body(x, scale, bias, shift, mscale, **static, **dist)
+    return _dispatch.apply(
+        fn, impl, "layer_norm", ln_body, "ln", x, (scale, bias, shift, mscale), static,
+        axis_name, axis_index_groups,
+    )
 
 
 def prepare(

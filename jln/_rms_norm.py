@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _checks, _dispatch, _distributed, _stats
+from jln import _checks, _dispatch, _stats
 from jln._checks import Axis
 from jln._layer_norm import expand_param, residual_sum
 
@@ -175,22 +175,9 @@ def rms_apply(
 ) -> Array:
     """Run an RMSNorm convention through XLA (:func:`rms_body`) or a Pallas kernel."""
     static = dict(axes=axes, eps=eps, convention=convention, io_dtype=io_dtype, out_dtype=out_dtype)
-    # distributed statistics: passed on only when set (kernels must declare support)
-    dist = {} if axis_name is None else dict(axis_name=axis_name, axis_index_groups=axis_index_groups)
-    pallas = _dispatch.choose(impl, fn, "rms_norm", x, axis_name, **static) == "pallas"
-    layout = None if axis_name is not None else _distributed.explicit_layout(x)
-    if _distributed.wants_local(layout, axes, pallas):  # explicit sharding: run on local blocks
-
-        def local(xl: Array, *ops: Array | None, axis_name: Any) -> Array:
-            return rms_apply(fn, impl, xl, *ops, **static, axis_name=axis_name)  # type: ignore[arg-type]
-
-        return _distributed.run_local(local, layout, axes, x, scale, bias)  # type: ignore[arg-type]
-    with jax.named_scope(fn):
-        if pallas:
-            from jln import kernels
-
-            return kernels.rms(x, scale, bias, **static, **dist)
-        return rms_body(x, scale, bias, **static, **dist)
+    return _dispatch.apply(
+        fn, impl, "rms_norm", rms_body, "rms", x, (scale, bias), static, axis_name, axis_index_groups
+    )
 
 
 def prepare(
