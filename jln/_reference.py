@@ -85,9 +85,6 @@ def modulate(x: Tensor, shift: Tensor | None, scale: Tensor | None, *, scale_off
     return x
 
 
-ORDER_USE = {"seed": ("shift", "scale"), "dit": ("shift_msa", "scale_msa"), "continuous": ("shift", "scale")}
-
-
 def adaptive_layer_norm(x: Tensor, emb: Tensor, scale: Tensor | None = None, bias: Tensor | None = None, *, order: tuple[str, ...], eps: float = 1e-5) -> Tensor:
     """``LN(x) * (1 + scale_c) + shift_c`` with the chunks of ``emb`` named by ``order``."""
     chunks = dict(zip(order, emb.chunk(len(order), dim=-1), strict=True))
