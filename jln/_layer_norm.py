@@ -125,14 +125,22 @@ def prepare(
     fn: str, x: Any, scale: Any, bias: Any, axis: Axis, eps: Any
 ) -> tuple[tuple[int, ...], float, Array | None, Array | None]:
     """Validate a LayerNorm call; return (axes, eps, scale, bias) with params broadcastable."""
+    axes, s, b = prepare_params(fn, x, scale, bias, axis)
+    return axes, _checks.check_eps(eps, fn), s, b
+
+
+def prepare_params(
+    fn: str, x: Any, scale: Any, bias: Any, axis: Axis
+) -> tuple[tuple[int, ...], Array | None, Array | None]:
+    """Check ``x``, ``axis`` and the per-feature params; return (axes, scale, bias) reshaped
+    to broadcast against ``x``. Shared by every norm's argument check."""
     _checks.check_floating(x, fn)
     axes = _checks.normalize_axes(axis, x.ndim, fn)
     _checks.check_param(scale, "scale", x.shape, axes, fn)
     _checks.check_param(bias, "bias", x.shape, axes, fn)
-    eps_f = _checks.check_eps(eps, fn)
     s = None if scale is None else expand_param(jnp.asarray(scale), x.ndim, axes)
     b = None if bias is None else expand_param(jnp.asarray(bias), x.ndim, axes)
-    return axes, eps_f, s, b
+    return axes, s, b
 
 
 def layer_norm(

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from jln import _checks, _dispatch, _stats
 from jln._checks import Axis
-from jln._layer_norm import expand_param, residual_sum
+from jln._layer_norm import prepare_params, residual_sum
 
 Array = jax.Array
 
@@ -191,11 +191,8 @@ def prepare(
     io_dtype: Any,
 ) -> tuple[tuple[int, ...], float, str, Array | None, Array | None, jnp.dtype]:
     """Validate an RMSNorm call; return (axes, eps, convention, scale, bias, out_dtype)."""
-    _checks.check_floating(x, fn)
+    axes, s, b = prepare_params(fn, x, scale, bias, axis)
     conv = resolve_convention(convention, fn)
-    axes = _checks.normalize_axes(axis, x.ndim, fn)
-    _checks.check_param(scale, "scale", x.shape, axes, fn)
-    _checks.check_param(bias, "bias", x.shape, axes, fn)
     if bias is not None and conv != "diffusers":
         raise ValueError(
             f"{fn}: `bias` is only defined for convention='diffusers' (diffusers' RMSNorm with "
@@ -207,8 +204,6 @@ def prepare(
     out = output_dtype(
         conv, io_dtype, None if scale is None else scale.dtype, None if bias is None else bias.dtype
     )
-    s = None if scale is None else expand_param(jnp.asarray(scale), x.ndim, axes)
-    b = None if bias is None else expand_param(jnp.asarray(bias), x.ndim, axes)
     return axes, eps_f, conv, s, b, out
 
 
