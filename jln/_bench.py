@@ -516,7 +516,7 @@ def _index(results: Sequence[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str,
     return {(r["impl"], r["op"], tuple(r["shape"]), r["dtype"], r["direction"]): r for r in results}
 
 
-def ratios(report: dict[str, Any], impl: str = "jln-xla") -> Iterator[dict[str, Any]]:
+def ratios(report: dict[str, Any], impl: str = "jln") -> Iterator[dict[str, Any]]:
     """Per (op, dtype, direction): geometric means over widths of ``impl``'s time / others'."""
     idx = _index(report["results"])
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
@@ -567,19 +567,22 @@ def markdown(report: dict[str, Any], *, title: str = "jln bench", command: str |
     lines += [
         "",
         "Ratios are **jln time ÷ other time** (geometric mean over widths; below 1 means jln is "
-        "faster). *% copy* is jln's effective bandwidth as a share of an elementwise copy of the "
+        "faster); *jln* is the public ops as users call them (`impl=\"auto\"`: the native "
+        "kernels on a single-device CPU where they apply, else XLA), *jln-xla* forces the XLA "
+        "path. *% copy* is jln's effective bandwidth as a share of an elementwise copy of the "
         "same bytes in the same run (100% = at the memory floor). *B/elem* is what reverse mode "
         "saves for the backward pass per input element, jln / flax.",
         "",
-        "| op | dtype | dir | vs flax | vs flax 2-pass | vs jnp | vs tokamax | vs torch | vs torch.compile | jln % copy | B/elem jln / flax |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| op | dtype | dir | vs flax | vs flax 2-pass | vs jnp | vs tokamax | vs torch | vs torch.compile | vs jln-xla | jln % copy | B/elem jln / flax |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in ratios(report):
         res = f"{_fmt(r['residual'], '.1f')} / {_fmt(r.get('flax_residual'), '.1f')}"
         lines.append(
             f"| {r['op']} | {r['dtype']} | {r['direction']} | {_fmt(r.get('flax'))} | "
             f"{_fmt(r.get('flax-2pass'))} | {_fmt(r.get('jnp'))} | {_fmt(r.get('tokamax'))} | "
-            f"{_fmt(r.get('torch'))} | {_fmt(r.get('torch-compile'))} | {_fmt(r['pct_of_copy'], '.0f')} | {res} |"
+            f"{_fmt(r.get('torch'))} | {_fmt(r.get('torch-compile'))} | {_fmt(r.get('jln-xla'))} | "
+            f"{_fmt(r['pct_of_copy'], '.0f')} | {res} |"
         )
     idx = _index(report["results"])
     detail = sorted({(tuple(r["shape"]), r["dtype"]) for r in report["results"] if r["op"] == "layer_norm"},

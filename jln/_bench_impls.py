@@ -30,9 +30,10 @@ OPS = (
     "adaptive_layer_norm",
 )
 
-#: Implementations, in display order. ``jln-*`` are jln's public ops with ``impl=``.
-IMPLS = ("jln-xla", "jln-pallas", "flax", "flax-2pass", "jnp", "tokamax", "torch", "torch-compile")
-JAX_IMPLS = ("jln-xla", "jln-pallas", "flax", "flax-2pass", "jnp", "tokamax")
+#: Implementations, in display order. ``jln`` is jln's public ops as users call them
+#: (``impl="auto"``); ``jln-*`` force one path with ``impl=``.
+IMPLS = ("jln", "jln-xla", "jln-native", "jln-pallas", "flax", "flax-2pass", "jnp", "tokamax", "torch", "torch-compile")
+JAX_IMPLS = ("jln", "jln-xla", "jln-native", "jln-pallas", "flax", "flax-2pass", "jnp", "tokamax")
 TORCH_IMPLS = ("torch", "torch-compile")
 
 #: eps used by every implementation (torch's LayerNorm default), so all do the same arithmetic.
@@ -196,8 +197,17 @@ def _tokamax(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
 def jax_op(impl: str, op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
     """The JAX function of ``impl`` for ``op``; raises :class:`Skip` where there is none."""
     array_names(op)
+    if impl == "jln":
+        return _jln(op, "auto")
     if impl == "jln-xla":
         return _jln(op, "xla")
+    if impl == "jln-native":
+        # jln's native CPU kernels; cases they do not take raise ValueError from
+        # impl="native", which the runner records as skipped with its reason.
+        backend = jax.default_backend()
+        if backend != "cpu":
+            raise Skip(f"jln's native kernels run on the CPU backend only (this is {backend})")
+        return _jln(op, "native")
     if impl == "jln-pallas":
         # Timed only where the kernels compile natively; elsewhere (CPU) Pallas runs in
         # interpret mode, which measures the interpreter. Cases a kernel does not take raise

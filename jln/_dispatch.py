@@ -1,4 +1,5 @@
-"""``impl=`` selection between the XLA path (always available) and Pallas kernels."""
+"""``impl=`` selection between the XLA path (always available), Pallas kernels and jln's
+native CPU kernels."""
 
 from __future__ import annotations
 
@@ -9,23 +10,35 @@ import jax
 
 from jln import _checks, _distributed
 
-IMPLS = ("auto", "xla", "pallas")
+IMPLS = ("auto", "xla", "pallas", "native")
 
 
-def choose(impl: str, fn: str, op: str, x: Any, axis_name: Any, **static: Any) -> str:
-    """Return ``"xla"`` or ``"pallas"`` for one call.
+def choose(
+    impl: str, fn: str, op: str, x: Any, axis_name: Any, operands: tuple[Any, ...] = (), **static: Any
+) -> str:
+    """Return ``"xla"``, ``"pallas"`` or ``"native"`` for one call.
 
-    ``"auto"`` takes a Pallas kernel only where one is compiled natively for the default
-    backend and supports this op, shape and dtype; it never picks interpret mode.
+    ``"auto"`` takes, on a single-device CPU backend, the native CPU kernels when they are
+    built and support this op, shape and dtype; elsewhere a Pallas kernel only where one is
+    compiled natively for the default backend (never interpret mode); else XLA.
     ``"pallas"`` insists: on CPU it runs the kernels in interpret mode, and an unsupported
-    case raises ``ValueError`` saying why.
+    case raises ``ValueError`` saying why. ``"native"`` insists on the CPU kernels the same way.
     """
     _checks.check_choice(impl, "impl", IMPLS, fn)
     if impl == "xla":
         return "xla"
     from jln import kernels
+    from jln.kernels import _cpu
 
     backend = jax.default_backend()
+    if impl == "native" or (impl == "auto" and backend == "cpu"):
+        why = _cpu.unsupported_reason(op, x, operands, axis_name, static)
+        if impl == "native":
+            if why is not None:
+                raise ValueError(f"{fn}: impl='native' is not available here: {why}. Use impl='xla' or 'auto'.")
+            return "native"
+        if why is None and jax.device_count() == 1:
+            return "native"
     reason = kernels.unsupported_reason(op, x, axis_name, backend=backend, **static)
     if impl == "pallas":
         if reason is not None:
@@ -55,17 +68,21 @@ def apply(
     ``x`` sharded over explicit mesh axes runs on its local blocks (:mod:`jln._distributed`).
     """
     dist = {} if axis_name is None else dict(axis_name=axis_name, axis_index_groups=axis_index_groups)
-    pallas = choose(impl, fn, op, x, axis_name, **static) == "pallas"
+    path = choose(impl, fn, op, x, axis_name, operands, **static)
     layout = None if axis_name is not None else _distributed.explicit_layout(x)
-    if _distributed.wants_local(layout, static["axes"], pallas):
+    if _distributed.wants_local(layout, static["axes"], path != "xla"):
 
         def local(xl: Any, *ops: Any, axis_name: Any) -> Any:
             return apply(fn, impl, op, body, kernel, xl, ops, static, axis_name)
 
         return _distributed.run_local(local, layout, static["axes"], x, *operands)  # type: ignore[arg-type]
     with jax.named_scope(fn):
-        if pallas:
+        if path == "pallas":
             from jln import kernels
 
             return getattr(kernels, kernel)(x, *operands, **static, **dist)
+        if path == "native":
+            from jln.kernels import _cpu
+
+            return getattr(_cpu, kernel)(x, *operands, **static)
         return body(x, *operands, **static, **dist)

@@ -31,15 +31,23 @@ def modulation_rounded(y: Array, shift: Array | None, mscale: Array | None, offs
     promotion of that and ``shift``'s dtype. Returns values of that last dtype, still held
     in the statistics dtype.
     """
-    dt = jnp.dtype(y_dtype)
+    after_scale, after_shift = modulation_dtypes(
+        y_dtype, None if shift is None else shift.dtype, None if mscale is None else mscale.dtype
+    )
     if mscale is not None:
         factor = _stats.round_to(offset + mscale.astype(y.dtype), mscale.dtype)
-        dt = _stats.promote(dt, mscale.dtype)
-        y = _stats.round_to(y * factor, dt)
+        y = _stats.round_to(y * factor, after_scale)
     if shift is not None:
-        dt = _stats.promote(dt, shift.dtype)
-        y = _stats.round_to(y + shift.astype(y.dtype), dt)
+        y = _stats.round_to(y + shift.astype(y.dtype), after_shift)
     return y
+
+
+def modulation_dtypes(y_dtype: Any, shift_dtype: Any, mscale_dtype: Any) -> tuple[jnp.dtype, jnp.dtype]:
+    """The dtypes :func:`modulation_rounded` rounds to: after ``* (offset + mscale)`` and after
+    ``+ shift`` (each is the previous one when that operand is absent)."""
+    after_scale = jnp.dtype(y_dtype) if mscale_dtype is None else _stats.promote(y_dtype, mscale_dtype)
+    after_shift = after_scale if shift_dtype is None else _stats.promote(after_scale, shift_dtype)
+    return after_scale, after_shift
 
 
 @_stats.remat
@@ -172,8 +180,10 @@ def layer_norm(
       axis: int or tuple of ints to normalize over. torch's ``normalized_shape`` of length k
         is ``axis=tuple(range(-k, 0))``.
       eps: added to the variance inside the square root; torch's default 1e-5.
-      impl: ``"auto"`` (Pallas kernel where one runs natively, else XLA), ``"xla"``, or
-        ``"pallas"`` (interpret mode on CPU).
+      impl: ``"auto"`` (on a single-device CPU backend jln's native CPU kernels where they
+        apply; Pallas kernels where opted in with ``JLN_PALLAS_AUTO=1``; else XLA), ``"xla"``,
+        ``"native"`` (the CPU kernels, or ``ValueError`` saying why not) or ``"pallas"``
+        (interpret mode on CPU). All give the same contract (see the README's kernels section).
       axis_name: inside ``jax.shard_map``/``jax.pmap``: the mesh axis name (or tuple of
         names) across which the normalized axes are split (tensor parallelism). ``x`` is the
         local block; mean and variance are those of the whole row, merged with one

@@ -247,7 +247,7 @@ def rms_norm(
       eps: see the table; ``None`` picks the convention's default.
       convention: one of the names above.
       bias: diffusers' optional bias (``convention="diffusers"`` only).
-      impl: ``"auto"``, ``"xla"`` or ``"pallas"``, as in :func:`jln.layer_norm`.
+      impl: ``"auto"``, ``"xla"``, ``"native"`` or ``"pallas"``, as in :func:`jln.layer_norm`.
       axis_name: inside ``jax.shard_map``/``jax.pmap``: the mesh axis name(s) across which
         the normalized axes are split; the mean square (seed: the norm and ``n``) is that of
         the whole row, from one psum of the per-row sum of squares. ``None`` under plain

@@ -83,7 +83,7 @@ class LayerNorm(nn.Module):
         ``elementwise_affine`` / ``bias``.
       dtype: ``None``: output in ``x.dtype``; else compute in and return this dtype.
       param_dtype: dtype of the parameters (float32).
-      impl: ``"auto"``, ``"xla"`` or ``"pallas"``, as :func:`jln.layer_norm`.
+      impl: ``"auto"``, ``"xla"``, ``"native"`` or ``"pallas"``, as :func:`jln.layer_norm`.
       monitor: sow per-row statistics into ``"intermediates"``.
       axis_name: inside ``jax.shard_map``/``jax.pmap``, the mesh axis over which the
         normalized axis is split (tensor parallelism); parameters are then the local blocks.

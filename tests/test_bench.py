@@ -23,7 +23,7 @@ RECORD_KEYS = {"impl", "op", "shape", "dtype", "direction", "median_us", "gbps",
 def tiny_report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("bench")
     path = out / "r.json"
-    argv = ["--quick", *TINY, "--ops", "layer_norm,add_rms_norm", "--impls", "jln-xla,jln-pallas,flax,jnp,torch",
+    argv = ["--quick", *TINY, "--ops", "layer_norm,add_rms_norm", "--impls", "jln,jln-xla,jln-native,jln-pallas,flax,jnp,torch",
             "--json", str(path), "--plot", str(out / "r.png"), "--md", str(out / "r.md")]
     assert cli.main(argv) == 0
     report = json.loads(path.read_text())
@@ -39,12 +39,12 @@ def test_json_schema(tiny_report: dict) -> None:
     for s in tiny_report["skipped"]:
         assert s["reason"]
         assert s["impl"] == "jln-pallas", s  # everything else runs here, also under strict JAX
-    # 2 dtypes x (copy + 2 ops x 4 runnable impls x 2 directions), jln-pallas is skipped on CPU
+    # 2 dtypes x (copy + 2 ops x 6 runnable impls x 2 directions), jln-pallas is skipped on CPU
     seen = {(r["impl"], r["op"], r["dtype"], r["direction"]) for r in results}
     for dtype in ("float32", "bfloat16"):
         assert ("copy", "copy", dtype, "fwd") in seen
         for op in ("layer_norm", "add_rms_norm"):
-            for impl in ("jln-xla", "flax", "jnp"):
+            for impl in ("jln", "jln-xla", "jln-native", "flax", "jnp"):
                 for direction in ("fwd", "fwd+bwd"):
                     assert (impl, op, dtype, direction) in seen
     for r in results:
@@ -69,6 +69,7 @@ def test_report_files(tiny_report: dict) -> None:
     assert (d / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (d / "r.md").read_text()
     assert "| layer_norm | bfloat16 | fwd |" in md
+    assert "vs jln-xla" in md
     assert tiny_report["device"]["name"] in md
 
 
@@ -94,7 +95,10 @@ def test_residual_measure_on_known_function() -> None:
     assert _bench.residual_bytes_per_elem(lambda p: 3.0 * p["x"], {"x": x}) == 0.0
 
 
-@pytest.mark.parametrize("impl, lo, hi", [("jln-xla", 2.0, 2.1), ("flax", 11.9, 12.2), ("jnp", 2.0, 12.2)])
+@pytest.mark.parametrize(
+    "impl, lo, hi",
+    [("jln", 2.0, 2.1), ("jln-xla", 2.0, 2.1), ("jln-native", 2.0, 2.1), ("flax", 11.9, 12.2), ("jnp", 2.0, 12.2)],
+)
 def test_residual_bytes_bf16(impl: str, lo: float, hi: float) -> None:
     data = _bench.make_data(128, 512, jnp.bfloat16, 1)
     p, _ = _bench.op_inputs("layer_norm", data, 0)
@@ -134,7 +138,7 @@ def test_same_data_across_impls() -> None:
     mu = x.mean(-1, keepdims=True)
     ref = (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + _bench_impls.EPS)
     ref = ref * np.asarray(p["scale"], np.float64) + np.asarray(p["bias"], np.float64)
-    for impl in ("jln-xla", "flax", "flax-2pass", "jnp"):
+    for impl in ("jln", "jln-xla", "jln-native", "flax", "flax-2pass", "jnp"):
         with _bench.standard_promotion():
             (y,) = _bench_impls.jax_op(impl, "layer_norm")(p)
         np.testing.assert_allclose(np.asarray(y), ref, atol=2e-5, err_msg=impl)

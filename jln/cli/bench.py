@@ -20,7 +20,7 @@ from jln import _bench, _bench_impls
 #: ``--quick``: a CPU-friendly subset (well under 2 minutes on 2 cores).
 QUICK = dict(
     ops=("layer_norm", "rms_norm", "add_layer_norm"),
-    impls=("jln-xla", "jln-pallas", "flax", "flax-2pass", "jnp", "tokamax", "torch"),
+    impls=("jln", "jln-xla", "jln-pallas", "flax", "flax-2pass", "jnp", "tokamax", "torch"),
     widths=(1024, 4096),
     elements=1 << 19,
     reps=7,
@@ -76,7 +76,7 @@ def _parser() -> _Parser:
     p = _Parser(
         prog="jln bench",
         description=(
-            "Jit-benchmark jln's norms (impl xla and pallas) against flax.linen (default and "
+            "Jit-benchmark jln's norms (impl auto, xla, native and pallas) against flax.linen (default and "
             "two-pass variance), a plain jnp version, tokamax, torch eager and torch.compile, and "
             "an elementwise copy of the same bytes (the memory floor). Reports median time, "
             "effective GB/s, %% of copy bandwidth, compile time and the bytes per element reverse "

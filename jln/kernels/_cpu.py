@@ -1,0 +1,433 @@
+"""Native CPU kernels: jln's LayerNorm/RMSNorm contract as XLA FFI calls, built on first use.
+
+Why: on CPU, XLA runs row sums as library reduction fusions that cannot take a per-row
+broadcast (``x - mean``) as their input, so the exact two-pass statistics of the XLA path
+materialize float32 ``[rows, n]`` intermediates (measured: 33-43% of copy bandwidth). The
+kernels in ``cpu_norm.cc`` keep each row in cache for both passes and write ``y`` in the
+same sweep, forward and backward, on XLA's intra-op thread pool.
+
+Contract: the XLA bodies :func:`jln._layer_norm.ln_body` (with adaptive modulation) and
+:func:`jln._rms_norm.rms_body` (every convention but ``seed``), as stated at the top of
+``cpu_norm.cc``; the tests compare them elementwise. Each convention's rounding becomes
+``round_*``/``gemma`` flags derived here from the core's own dtype rules
+(:func:`jln._rms_norm.output_dtype`, :func:`jln._layer_norm.modulation_dtypes`).
+
+Transforms, all with public JAX machinery except one small primitive:
+
+* the forward is a ``jax.custom_jvp`` whose tangent is ``jln_cpu_norm_lin``, a primitive
+  linear in the tangents. Forward mode evaluates it with the XLA body's own JVP (so
+  ``jvp``/``jacfwd`` work and give the XLA path's numbers); reverse mode transposes it into
+  the native backward kernel, which needs only ``x``, the parameters and the per-row
+  statistics (the residuals are those of the XLA path: about 2 bytes per element for
+  bfloat16).
+* the backward kernel is itself a ``custom_jvp`` whose derivative is the XLA body's VJP, so
+  grad-of-grad and Hessians work (through XLA).
+* ``vmap`` folds the mapped axis into the rows (parameters mapped per example become one
+  parameter row per example).
+
+The library is compiled with the system C++ compiler (``$CXX``, else ``c++``/``g++``/
+``clang++``) against the FFI headers of the installed jaxlib and cached under
+``$JLN_CACHE_DIR`` (default ``~/.cache/jln``), keyed by source, compiler, flags, jaxlib and
+CPU. Without a compiler, or with ``JLN_NATIVE=0``, ``impl="auto"`` keeps the XLA path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import math
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jln import _layer_norm, _rms_norm, _stats
+
+Array = jax.Array
+
+SOURCE = Path(__file__).with_name("cpu_norm.cc")
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-fno-math-errno", "-shared", "-fPIC", "-w")
+_KINDS = {jnp.dtype(jnp.float32): 0, jnp.dtype(jnp.bfloat16): 1, jnp.dtype(jnp.float16): 2}
+_FWD, _BWD = "jln_cpu_norm_fwd", "jln_cpu_norm_bwd"
+
+
+# ----------------------------------------------------------------------------- build and load
+
+
+def _cache_dir() -> Path:
+    if os.environ.get("JLN_CACHE_DIR"):
+        return Path(os.environ["JLN_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "jln"
+
+
+def _compiler() -> str | None:
+    if os.environ.get("CXX"):
+        return shutil.which(os.environ["CXX"]) or os.environ["CXX"]
+    for name in ("c++", "g++", "clang++"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _cpu_signature() -> str:
+    """What ``-march=native`` depends on: the CPU's feature flags (Linux) or its name."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _build() -> Path:
+    """Compile ``cpu_norm.cc`` (once per key) and return the shared library's path."""
+    cxx = _compiler()
+    if cxx is None:
+        raise RuntimeError("no C++ compiler found (set $CXX, or install g++ or clang++)")
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout
+    import jaxlib
+
+    include = jax.ffi.include_dir()
+    key = hashlib.sha256(
+        "\0".join([SOURCE.read_text(), cxx, version, " ".join(FLAGS), jaxlib.__version__,
+                   include, platform.machine(), _cpu_signature()]).encode()
+    ).hexdigest()[:16]
+    out = _cache_dir() / f"jln_cpu_norm-{key}.so"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+    os.close(fd)
+    try:
+        cmd = [cxx, *FLAGS, f"-I{include}", str(SOURCE), "-o", tmp]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"compiling {SOURCE.name} failed: {done.stderr.strip()[-2000:]}")
+        os.replace(tmp, out)  # atomic: concurrent builders each write their own temp file
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+@functools.cache
+def _load() -> str | None:
+    """Build, load and register the kernels; ``None`` when ready, else the reason why not."""
+    if os.environ.get("JLN_NATIVE") == "0":
+        return "disabled by the environment variable JLN_NATIVE=0"
+    try:
+        _register_primitive()
+        lib = ctypes.CDLL(str(_build()))
+        jax.ffi.register_ffi_target(_FWD, jax.ffi.pycapsule(lib.JlnNormFwd), platform="cpu")
+        jax.ffi.register_ffi_target(_BWD, jax.ffi.pycapsule(lib.JlnNormBwd), platform="cpu")
+    except Exception as e:  # no compiler, a failed build, or a JAX without the APIs used here
+        return f"the native CPU kernels could not be built or loaded ({type(e).__name__}: {e})"
+    return None
+
+
+def available() -> str | None:
+    """``None`` if the native CPU kernels are ready to use, else a sentence saying why not."""
+    return _load()
+
+
+# ----------------------------------------------------------------------------- the contract
+
+
+class Spec(NamedTuple):
+    """Static description of one norm: the kernel's flags and the XLA body they implement."""
+
+    op: str  # "ln" or "rms"
+    eps: float
+    center: bool
+    gemma: bool
+    rounds: tuple[int, int, int, int, int, int]  # round_h, round_y, round_b, round_f, round_s, round_m
+    offset: float  # adaptive modulation: y * (offset + mscale)
+    has: tuple[bool, bool, bool, bool]  # scale, bias, shift, mscale
+    y_dtype: Any
+    param_dtypes: tuple[Any, Any, Any, Any]
+    static: tuple[tuple[str, Any], ...]  # the XLA body's keyword arguments (minus axes)
+
+    def attrs(self) -> dict[str, Any]:
+        names = ("round_h", "round_y", "round_b", "round_f", "round_s", "round_m")
+        return dict(
+            eps=np.float32(self.eps), offset=np.float32(self.offset), center=np.int32(self.center),
+            gemma=np.int32(self.gemma), **{k: np.int32(v) for k, v in zip(names, self.rounds, strict=True)},
+            **{k: np.int32(v) for k, v in zip(_HAS, self.has, strict=True)},
+        )
+
+
+_HAS = ("has_scale", "has_bias", "has_shift", "has_mscale")
+
+
+def _kind(dtype: Any) -> int:
+    """The kernel's rounding step for a cast to ``dtype``: none for float32."""
+    return _KINDS[jnp.dtype(dtype)] if dtype is not None and _stats.is_low_precision(dtype) else 0
+
+
+def _dtype(a: Any) -> Any:
+    return None if a is None else jnp.dtype(a.dtype)
+
+
+def rms_flags(convention: str, io_dtype: Any, scale_dtype: Any, has_bias: bool) -> tuple[bool, int, int]:
+    """``(gemma, round_h, round_y)`` of an RMSNorm convention, from :func:`rms_affine`'s rules."""
+    if convention in ("torch", "gemma"):
+        return convention == "gemma", 0, 0
+    if convention == "llama":
+        return False, _kind(io_dtype), 0
+    if convention in ("t5", "diffusers"):
+        if scale_dtype is None:
+            return False, 0, 0
+        round_y = _kind(_rms_norm.output_dtype(convention, io_dtype, scale_dtype)) if has_bias else 0
+        return False, _kind(scale_dtype), round_y
+    raise ValueError(f"no native CPU kernel for the {convention!r} RMSNorm convention")
+
+
+def _xla(spec: Spec, x: Array, *params: Array) -> Array:
+    """The XLA body this kernel implements, on the kernel's layout (``x [rows, n]``, each
+    parameter ``[groups, n]`` in float32): the reference for forward mode and higher
+    derivatives. Parameter rows are repeated over their groups' rows."""
+    rows = x.shape[-2]
+    full = [
+        jnp.repeat(p.astype(dt), rows // p.shape[-2], axis=-2) if on else None
+        for p, dt, on in zip(params, spec.param_dtypes, spec.has, strict=True)
+    ]
+    kw = dict(spec.static, axes=(x.ndim - 1,))
+    if spec.op == "ln":
+        return _layer_norm.ln_body(x, *full, **kw)
+    return _rms_norm.rms_body(x, full[0], full[1], **kw)
+
+
+# ----------------------------------------------------------------------------- FFI calls
+
+
+def _fwd_call(spec: Spec, x: Array, *params: Array) -> tuple[Array, Array, Array]:
+    stat = jax.ShapeDtypeStruct(x.shape[:-1], jnp.float32)
+    call = jax.ffi.ffi_call(
+        _FWD, (jax.ShapeDtypeStruct(x.shape, spec.y_dtype), stat, stat), vmap_method="broadcast_all"
+    )
+    y, m, r = call(x, *params, **spec.attrs())
+    return y, m, r
+
+
+def _bwd_call(spec: Spec, ct: Array, x: Array, params: tuple[Array, ...], m: Array, r: Array) -> tuple[Array, ...]:
+    call = jax.ffi.ffi_call(
+        _BWD,
+        (jax.ShapeDtypeStruct(x.shape, x.dtype), *(jax.ShapeDtypeStruct(p.shape, jnp.float32) for p in params)),
+        vmap_method="broadcast_all",
+    )
+    dx, *dp = call(ct, x, *params, m, r, **spec.attrs())
+    return (dx, *(d if on else jnp.zeros_like(p) for d, p, on in zip(dp, params, spec.has, strict=True)))
+
+
+# ----------------------------------------------------------------------------- differentiation
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _forward(spec: Spec, x: Array, *params: Array) -> tuple[Array, Array, Array]:
+    """``(y, m, rstd)``; only ``y`` is differentiated (the statistics are internal caches that
+    the tangent and backward rules never differentiate through)."""
+    return _fwd_call(spec, x, *params)
+
+
+@_forward.defjvp
+def _forward_jvp(spec: Spec, primals: tuple[Array, ...], tangents: tuple[Array, ...]) -> Any:
+    y, m, r = _forward(spec, *primals)
+    dy = _lin_p.bind(*tangents, *primals, m, r, spec=spec)
+    return (y, m, r), (dy, jnp.zeros_like(m), jnp.zeros_like(r))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _backward(spec: Spec, ct: Array, x: Array, *rest: Array) -> tuple[Array, ...]:
+    """``(dx, *dparams)`` from the cotangent ``ct``; ``rest`` is the parameters then ``m``, ``rstd``."""
+    return _bwd_call(spec, ct, x, rest[:-2], rest[-2], rest[-1])
+
+
+@_backward.defjvp
+def _backward_jvp(spec: Spec, primals: tuple[Array, ...], tangents: tuple[Array, ...]) -> Any:
+    out = _backward(spec, *primals)
+
+    def vjp(ct: Array, x: Array, *params: Array) -> tuple[Array, ...]:
+        return jax.vjp(functools.partial(_xla, spec), x, *params)[1](ct)
+
+    _, dout = jax.jvp(vjp, primals[:-2], tangents[:-2])
+    return out, dout
+
+
+_NP = 4  # parameters: scale, bias, shift, mscale
+
+
+def _lin_impl(*args: Array, spec: Spec) -> Array:
+    """The tangent of the forward (``args``: tangents of x and the parameters, x and the
+    parameters, m, rstd), evaluated with the XLA body's JVP (forward mode)."""
+    k = _NP + 1
+    return jax.jvp(functools.partial(_xla, spec), tuple(args[k : 2 * k]), tuple(args[:k]))[1]
+
+
+_lin_p: Any = None
+
+
+def _register_primitive() -> None:
+    """Create ``jln_cpu_norm_lin``: linear in its first five operands (the tangents of ``x``
+    and the parameters); its transpose is the native backward kernel."""
+    global _lin_p
+    if _lin_p is not None:
+        return
+    from jax.extend.core import Primitive
+    from jax.interpreters import ad, batching, mlir
+
+    k = _NP + 1
+    p = Primitive("jln_cpu_norm_lin")
+    p.def_impl(_lin_impl)
+    p.def_abstract_eval(lambda dx, *rest, spec: dx.update(dtype=jnp.dtype(spec.y_dtype), weak_type=False))
+    mlir.register_lowering(p, mlir.lower_fun(_lin_impl, multiple_results=False), platform="cpu")
+
+    def transpose(ct: Any, *args: Any, spec: Spec) -> list[Any]:
+        if type(ct) is ad.Zero:
+            return [None] * len(args)
+        grads = _backward(spec, ct, *args[k:])
+        return [g if ad.is_undefined_primal(t) else None for g, t in zip(grads, args[:k], strict=True)] + [None] * (len(args) - k)
+
+    def jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...], *, spec: Spec) -> tuple[Array, Array]:
+        out = p.bind(*primals, spec=spec)
+        t = [ad.instantiate_zeros(t) for t in tangents]
+        lin = p.bind(*t[:k], *primals[k:], spec=spec)  # d/d(tangent operands): the map itself
+
+        def at(*xp: Array) -> Array:
+            return _lin_impl(*primals[:k], *xp, *primals[2 * k :], spec=spec)
+
+        return out, lin + jax.jvp(at, tuple(primals[k : 2 * k]), tuple(t[k : 2 * k]))[1]
+
+    def batch(args: tuple[Any, ...], dims: tuple[Any, ...], *, spec: Spec) -> tuple[Array, int]:
+        size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
+
+        def front(a: Array, d: Any) -> Array:
+            return jnp.moveaxis(a, d, 0) if d is not None else jnp.broadcast_to(a, (size,) + a.shape)
+
+        fa = [front(a, d) for a, d in zip(args, dims, strict=True)]
+        flat = [a.reshape((-1,) + a.shape[2:]) for a in fa]  # the mapped axis becomes more rows/groups
+        out = p.bind(*flat, spec=spec)
+        return out.reshape(fa[0].shape), 0
+
+    ad.primitive_transposes[p] = transpose
+    ad.primitive_jvps[p] = jvp
+    batching.primitive_batchers[p] = batch
+    _lin_p = p
+
+
+# ----------------------------------------------------------------------------- entry points
+
+
+def _grouped(p: Array, x_shape: tuple[int, ...], k: int, n: int) -> Array:
+    """A parameter broadcastable against ``x`` as float32 ``[groups, n]``: rows of ``x`` in
+    equal consecutive blocks (1 group for a per-feature vector, one per example for a
+    ``[B, 1, D]`` condition; a layout that is not a prefix of the row axes is broadcast)."""
+    p = jnp.asarray(p)
+    p = p.reshape((1,) * (len(x_shape) - p.ndim) + p.shape)
+    lead = p.shape[:k]
+    i = max((j + 1 for j, d in enumerate(lead) if d != 1), default=0)
+    p = jnp.broadcast_to(p, x_shape[:i] + (1,) * (k - i) + x_shape[k:])
+    return p.astype(jnp.float32).reshape(math.prod(x_shape[:i]), n)
+
+
+def _run(spec: Spec, x: Array, params: tuple[Array | None, ...], axes: tuple[int, ...]) -> Array:
+    reason = available()
+    if reason is not None:
+        raise RuntimeError(f"impl='native': {reason}")
+    k = x.ndim - len(axes)
+    n = math.prod(x.shape[k:])
+    x2 = x.reshape((math.prod(x.shape[:k]), n))
+    dummy = jnp.zeros((1, 1), jnp.float32)
+    flat = [dummy if p is None else _grouped(p, x.shape, k, n) for p in params]
+    y, _, _ = _forward(spec, x2, *flat)
+    return y.reshape(x.shape)
+
+
+def ln(
+    x: Array,
+    scale: Array | None,
+    bias: Array | None,
+    shift: Array | None,
+    mscale: Array | None,
+    *,
+    axes: tuple[int, ...],
+    eps: float,
+    out_dtype: Any,
+    mod_offset: float,
+    mod_dtype: Any,
+) -> Array:
+    """The native path of :func:`jln._layer_norm.ln_body` (same arguments, same result)."""
+    params = (scale, bias, shift, mscale)
+    modulated = shift is not None or mscale is not None
+    round_b = round_f = round_s = 0
+    if modulated:  # ln_affine's rounding to out_dtype, then modulation_rounded's steps
+        after_scale, after_shift = _layer_norm.modulation_dtypes(out_dtype, _dtype(shift), _dtype(mscale))
+        round_b = _kind(out_dtype)
+        round_f = _kind(after_scale) if mscale is not None else 0
+        round_s = _kind(after_shift) if shift is not None else 0
+    spec = Spec(
+        "ln", float(eps), True, False, (0, 0, round_b, round_f, round_s, _kind(_dtype(mscale))),
+        float(mod_offset), tuple(p is not None for p in params),  # type: ignore[arg-type]
+        jnp.dtype(mod_dtype if modulated else out_dtype), tuple(_dtype(p) for p in params),  # type: ignore[arg-type]
+        (("eps", eps), ("out_dtype", jnp.dtype(out_dtype)), ("mod_offset", mod_offset), ("mod_dtype", mod_dtype)),
+    )
+    return _run(spec, x, params, axes)
+
+
+def rms(
+    x: Array,
+    scale: Array | None,
+    bias: Array | None,
+    *,
+    axes: tuple[int, ...],
+    eps: float,
+    convention: str,
+    io_dtype: Any,
+    out_dtype: Any,
+) -> Array:
+    """The native path of :func:`jln._rms_norm.rms_body` for every convention but ``seed``."""
+    gemma, round_h, round_y = rms_flags(convention, io_dtype, _dtype(scale), bias is not None)
+    params = (scale, bias, None, None)
+    spec = Spec(
+        "rms", float(eps), False, gemma, (round_h, round_y, 0, 0, 0, 0), 1.0,
+        tuple(p is not None for p in params),  # type: ignore[arg-type]
+        jnp.dtype(out_dtype), tuple(_dtype(p) for p in params),  # type: ignore[arg-type]
+        (("eps", eps), ("convention", convention), ("io_dtype", jnp.dtype(io_dtype)),
+         ("out_dtype", jnp.dtype(out_dtype))),
+    )
+    return _run(spec, x, params, axes)
+
+
+def unsupported_reason(op: str, x: Any, operands: tuple[Any, ...], axis_name: Any, static: dict[str, Any]) -> str | None:
+    """``None`` when a native CPU kernel handles this call, else a sentence saying why not."""
+    if jax.default_backend() != "cpu":
+        return f"the native kernels run on the CPU backend (default backend: {jax.default_backend()!r})"
+    if axis_name is not None:
+        return "statistics across devices (axis_name=) run on the XLA path only"
+    if op == "rms_norm" and static["convention"] == "seed":
+        return "the 'seed' RMSNorm convention runs on the XLA path"
+    axes = tuple(static["axes"])
+    if axes != tuple(range(x.ndim - len(axes), x.ndim)):
+        return (
+            f"native kernels normalize the trailing axes of x only; received axes={axes} for "
+            f"x.ndim={x.ndim} (move the normalized axes last, e.g. with jnp.moveaxis)"
+        )
+    dtypes = [x.dtype, static["out_dtype"]] + [o.dtype for o in operands if o is not None]
+    dtypes += [static["mod_dtype"]] if static.get("mod_dtype") is not None else []
+    if any(jnp.dtype(d) not in _KINDS for d in dtypes):
+        return (f"native kernels take float32, bfloat16 and float16 (received "
+                f"{sorted({str(jnp.dtype(d)) for d in dtypes})}); float64 runs on the XLA path")
+    if x.size == 0:
+        return "x is empty"
+    return available()

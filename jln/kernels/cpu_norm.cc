@@ -1,0 +1,539 @@
+// jln's native CPU kernels: LayerNorm and RMSNorm rows, forward and backward, as XLA FFI
+// handlers. Built on first use by jln/kernels/_cpu.py with the system C++ compiler.
+//
+// Contract (the same as jln._layer_norm.ln_body / jln._rms_norm.rms_body without modulation,
+// which jln's tests compare these kernels against):
+//   x [rows, n] in float32, bfloat16 or float16; statistics in float32.
+//   center (LayerNorm): p = x[0] (the row's pivot), m = sum(x - p) / n,
+//                       d = (x - p) - m, var = sum(d * d) / n, rstd = 1 / sqrt(var + eps),
+//                       h = d * rstd; the saved statistic is m (the mean about the pivot,
+//                       as jln's XLA path saves it), and the backward re-reads p from x.
+//   no center (RMS):    rstd = 1 / sqrt(sum(x * x) / n + eps), h = x * rstd.
+//   then h -> round(h, round_h) -> * (gemma ? 1 + w : w) -> round(., round_y) -> + b
+//        -> round(., round_b) -> * f -> round(., round_f) -> + shift -> round(., round_s)
+//        -> stored in y's dtype (round-to-nearest-even), where f = round(offset + mscale,
+//        round_m) is adaptive LayerNorm's modulation factor (torch's `1 + scale`).
+//   round(v, k) rounds a float32 to bfloat16 (k = 1) or float16 (k = 2) precision and keeps
+//   it in float32, as one rounding step of an eager framework; k = 0 leaves v alone.
+//   Each parameter (scale w, bias b, shift, mscale) arrives as float32 [groups, n], groups
+//   counted per parameter: rows are split into `groups` equal, consecutive blocks and block g
+//   uses parameter row g (groups = 1: one vector for all rows; groups = batch: per example).
+//
+// Backward, for a cotangent ct of y (reverse mode of the contract above; every rounding step
+// is straight-through and rounds the cotangent passing through it, as JAX's
+// reduce_precision transpose does):
+//   c = round(ct, round_s); dshift = sum(c); c = round(c, round_f); dmscale = sum(c * yb)
+//   (yb: the forward's value after round_b); c = round(c * f, round_b); db = sum(c);
+//   c = round(c, round_y); dw = sum(c * round(h, round_h)); g = round(c * w_eff, round_h);
+//   dx = rstd * (g - [center] mean(g) - h * mean(h * g)), stored in x's dtype.
+// Parameter gradients accumulate in float64 per thread and are returned as float32.
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+enum Kind : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
+
+inline float bits_to_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t float_to_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// float32 -> bfloat16 bits, round to nearest even; NaN stays NaN (quieted).
+inline uint16_t to_bf16(float v) {
+  const uint32_t u = float_to_bits(v);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((u >> 16) | 0x40u);
+  return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+template <int K>
+inline float load(const void* p, int64_t i) {
+  if constexpr (K == kF32) {
+    return static_cast<const float*>(p)[i];
+  } else if constexpr (K == kBF16) {
+    return bits_to_float(uint32_t(static_cast<const uint16_t*>(p)[i]) << 16);
+  } else {
+    return float(static_cast<const _Float16*>(p)[i]);
+  }
+}
+
+template <int K>
+inline void store(void* p, int64_t i, float v) {
+  if constexpr (K == kF32) {
+    static_cast<float*>(p)[i] = v;
+  } else if constexpr (K == kBF16) {
+    static_cast<uint16_t*>(p)[i] = to_bf16(v);
+  } else {
+    static_cast<_Float16*>(p)[i] = _Float16(v);
+  }
+}
+
+inline float round_to(float v, int k) {
+  if (k == kBF16) return bits_to_float(uint32_t(to_bf16(v)) << 16);
+  if (k == kF16) return float(_Float16(v));
+  return v;
+}
+
+enum Param : int { kW = 0, kB = 1, kShift = 2, kMscale = 3, kParams = 4 };
+
+struct Config {
+  float eps, offset;
+  bool center, gemma;
+  bool has[kParams];
+  int round_h, round_y, round_b, round_f, round_s, round_m;
+  int64_t rows, n;
+  int64_t per[kParams];  // rows per parameter group
+  // the fused single-sweep forward applies: no rounding steps, no modulation, no gemma
+  bool simple() const {
+    return !round_h && !round_y && !round_b && !round_f && !round_s && !gemma && !has[kShift] && !has[kMscale];
+  }
+  bool modulated() const { return has[kShift] || has[kMscale]; }
+};
+
+struct Params {
+  const float* p[kParams];
+  const float* row(const Config& c, int k, int64_t r) const { return p[k] + (r / c.per[k]) * c.n; }
+};
+
+constexpr int kLanes = 16;
+
+// sum over j < n of f(j), with kLanes independent partial sums (vectorizable, deterministic).
+template <typename F>
+inline float lane_sum(int64_t n, F f) {
+  float acc[kLanes] = {0};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) acc[l] += f(j + l);
+  }
+  float tail = 0;
+  for (; j < n; ++j) tail += f(j);
+  for (int w = kLanes / 2; w > 0; w /= 2) {
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  }
+  return acc[0] + tail;
+}
+
+// Row statistics: returns (pivot, m, rstd); h(j) = ((x - p) - m) * rstd (center) or x * rstd.
+template <int KX>
+inline void row_stats(const Config& c, const void* x, int64_t o, float* p, float* m, float* rstd) {
+  const int64_t n = c.n;
+  const float fn = float(n);
+  if (c.center) {
+    const float pv = load<KX>(x, o);
+    const float s = lane_sum(n, [&](int64_t j) { return load<KX>(x, o + j) - pv; });
+    const float mm = s / fn;
+    const float q = lane_sum(n, [&](int64_t j) {
+      const float d = (load<KX>(x, o + j) - pv) - mm;
+      return d * d;
+    });
+    *p = pv;
+    *m = mm;
+    *rstd = 1.0f / std::sqrt(q / fn + c.eps);
+  } else {
+    const float q = lane_sum(n, [&](int64_t j) {
+      const float v = load<KX>(x, o + j);
+      return v * v;
+    });
+    *p = 0;
+    *m = 0;
+    *rstd = 1.0f / std::sqrt(q / fn + c.eps);
+  }
+}
+
+// Each step below is one simple loop over a row held in a float32 buffer (L1/L2 resident), so
+// the compiler vectorizes it; the row's data is read from memory once per pass over x.
+inline void round_inplace(float* v, int64_t n, int k) {
+  if (k == kBF16) {
+    for (int64_t j = 0; j < n; ++j) v[j] = bits_to_float(uint32_t(to_bf16(v[j])) << 16);
+  } else if (k == kF16) {
+    for (int64_t j = 0; j < n; ++j) v[j] = float(_Float16(v[j]));
+  }
+}
+
+template <int KX>
+inline void normalized(const void* x, int64_t o, int64_t n, bool center, float p, float m, float rs,
+                       float* h) {
+  if (center) {
+    for (int64_t j = 0; j < n; ++j) h[j] = ((load<KX>(x, o + j) - p) - m) * rs;
+  } else {
+    for (int64_t j = 0; j < n; ++j) h[j] = load<KX>(x, o + j) * rs;
+  }
+}
+
+// v *= w (or 1 + w for gemma)
+inline void weigh(float* v, const float* w, int64_t n, bool gemma) {
+  if (gemma) {
+    for (int64_t j = 0; j < n; ++j) v[j] = v[j] * (1.0f + w[j]);
+  } else {
+    for (int64_t j = 0; j < n; ++j) v[j] = v[j] * w[j];
+  }
+}
+
+// modulation factor f = round(offset + mscale, round_m) of one parameter row
+inline void factor_row(const Config& c, const float* m, float* f) {
+  for (int64_t j = 0; j < c.n; ++j) f[j] = c.offset + m[j];
+  round_inplace(f, c.n, c.round_m);
+}
+
+// The forward after h, up to (and including) round_b: the LayerNorm/RMSNorm output before
+// any modulation. In place on h.
+inline void affine(const Config& c, const Params& P, int64_t r, float* h) {
+  round_inplace(h, c.n, c.round_h);
+  if (c.has[kW]) weigh(h, P.row(c, kW, r), c.n, c.gemma);
+  round_inplace(h, c.n, c.round_y);
+  if (c.has[kB]) {
+    const float* br = P.row(c, kB, r);
+    for (int64_t j = 0; j < c.n; ++j) h[j] = h[j] + br[j];
+  }
+  round_inplace(h, c.n, c.round_b);
+}
+
+template <int KX, int KY>
+void fwd_rows(const Config& c, const void* x, const Params& P, void* y, float* mean,
+              float* rstd_out, int64_t r0, int64_t r1) {
+  const int64_t n = c.n;
+  std::vector<float> buf(static_cast<size_t>(n), 0.0f), fbuf(buf), one(static_cast<size_t>(n), 1.0f);
+  float* h = buf.data();
+  float* f = fbuf.data();
+  int64_t f_group = -1;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t o = r * n;
+    float p, m, rs;
+    row_stats<KX>(c, x, o, &p, &m, &rs);
+    mean[r] = m;
+    rstd_out[r] = rs;
+    if (c.simple()) {
+      // one fused sweep (a missing scale multiplies by 1, exactly)
+      const float* we = c.has[kW] ? P.row(c, kW, r) : one.data();
+      const float* br = c.has[kB] ? P.row(c, kB, r) : nullptr;
+      if (c.center && br) {
+        for (int64_t j = 0; j < n; ++j) store<KY>(y, o + j, (((load<KX>(x, o + j) - p) - m) * rs) * we[j] + br[j]);
+      } else if (c.center) {
+        for (int64_t j = 0; j < n; ++j) store<KY>(y, o + j, (((load<KX>(x, o + j) - p) - m) * rs) * we[j]);
+      } else if (br) {
+        for (int64_t j = 0; j < n; ++j) store<KY>(y, o + j, (load<KX>(x, o + j) * rs) * we[j] + br[j]);
+      } else {
+        for (int64_t j = 0; j < n; ++j) store<KY>(y, o + j, (load<KX>(x, o + j) * rs) * we[j]);
+      }
+      continue;
+    }
+    normalized<KX>(x, o, n, c.center, p, m, rs, h);
+    affine(c, P, r, h);
+    if (c.has[kMscale]) {
+      if (r / c.per[kMscale] != f_group) {
+        f_group = r / c.per[kMscale];
+        factor_row(c, P.row(c, kMscale, r), f);
+      }
+      for (int64_t j = 0; j < n; ++j) h[j] = h[j] * f[j];
+      round_inplace(h, n, c.round_f);
+    }
+    if (c.has[kShift]) {
+      const float* sr = P.row(c, kShift, r);
+      for (int64_t j = 0; j < n; ++j) h[j] = h[j] + sr[j];
+      round_inplace(h, n, c.round_s);
+    }
+    for (int64_t j = 0; j < n; ++j) store<KY>(y, o + j, h[j]);
+  }
+}
+
+struct Grads {
+  std::vector<double> d[kParams];
+};
+
+inline void accumulate(double* acc, const float* v, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += double(v[j]);
+}
+inline void accumulate(double* acc, const float* u, const float* v, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += double(u[j]) * double(v[j]);
+}
+
+template <int KX, int KY>
+void bwd_rows(const Config& c, const void* ct, const void* x, const Params& P, const float* mean,
+              const float* rstd, void* dx, Grads* gr, int64_t r0, int64_t r1) {
+  const int64_t n = c.n;
+  const float fn = float(n);
+  std::vector<float> gbuf(static_cast<size_t>(n), 0.0f), hbuf(gbuf), tbuf(gbuf), fbuf(gbuf);
+  float *g = gbuf.data(), *h = hbuf.data(), *t = tbuf.data(), *f = fbuf.data();
+  int64_t f_group = -1;
+  auto grad_row = [&](int k, int64_t r) { return gr->d[k].data() + (r / c.per[k]) * n; };
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t o = r * n;
+    const float rs = rstd[r];
+    const float m = c.center ? mean[r] : 0.0f;
+    const float p = c.center ? load<KX>(x, o) : 0.0f;
+    normalized<KX>(x, o, n, c.center, p, m, rs, h);
+    for (int64_t j = 0; j < n; ++j) g[j] = load<KY>(ct, o + j);
+    if (c.modulated()) {
+      round_inplace(g, n, c.round_s);
+      if (c.has[kShift]) accumulate(grad_row(kShift, r), g, n);
+      round_inplace(g, n, c.round_f);
+      if (c.has[kMscale]) {
+        if (r / c.per[kMscale] != f_group) {
+          f_group = r / c.per[kMscale];
+          factor_row(c, P.row(c, kMscale, r), f);
+        }
+        std::memcpy(t, h, size_t(n) * sizeof(float));
+        affine(c, P, r, t);  // the forward's value before modulation
+        accumulate(grad_row(kMscale, r), g, t, n);
+        for (int64_t j = 0; j < n; ++j) g[j] = g[j] * f[j];
+      }
+    }
+    round_inplace(g, n, c.round_b);
+    if (c.has[kB]) accumulate(grad_row(kB, r), g, n);
+    round_inplace(g, n, c.round_y);
+    if (c.has[kW]) {
+      const float* hr = h;
+      if (c.round_h) {
+        std::memcpy(t, h, size_t(n) * sizeof(float));
+        round_inplace(t, n, c.round_h);
+        hr = t;
+      }
+      accumulate(grad_row(kW, r), g, hr, n);
+      weigh(g, P.row(c, kW, r), n, c.gemma);
+    }
+    round_inplace(g, n, c.round_h);
+    const float sg = c.center ? lane_sum(n, [&](int64_t j) { return g[j]; }) / fn : 0.0f;
+    const float shg = lane_sum(n, [&](int64_t j) { return h[j] * g[j]; }) / fn;
+    for (int64_t j = 0; j < n; ++j) store<KX>(dx, o + j, rs * ((g[j] - sg) - h[j] * shg));
+  }
+}
+
+// Runs body(r0, r1, slot) over row chunks on XLA's intra-op thread pool (the caller works
+// too, so it finishes even when no pool thread is free). `slot` is a worker index < workers.
+template <typename Body>
+void parallel_rows(ffi::ThreadPool& pool, int64_t rows, int64_t n, int64_t workers, Body body) {
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(n, 1));
+  const int64_t nchunks = (rows + chunk - 1) / chunk;
+  workers = std::max<int64_t>(1, std::min(workers, nchunks));
+  if (workers == 1) {
+    body(0, rows, 0);
+    return;
+  }
+  struct State {
+    std::atomic<int64_t> next{0}, done{0}, slot{0};
+  };
+  auto st = std::make_shared<State>();
+  auto work = [st, chunk, nchunks, rows, body]() {
+    const int64_t s = st->slot.fetch_add(1);
+    int64_t k;
+    while ((k = st->next.fetch_add(1)) < nchunks) {
+      const int64_t r0 = k * chunk;
+      body(r0, std::min(rows, r0 + chunk), s);
+      st->done.fetch_add(1, std::memory_order_acq_rel);
+    }
+  };
+  for (int64_t t = 1; t < workers; ++t) pool.Schedule(std::function<void()>(work));
+  work();
+  while (st->done.load(std::memory_order_acquire) < nchunks) std::this_thread::yield();
+}
+
+int kind_of(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::F32:
+      return kF32;
+    case ffi::DataType::BF16:
+      return kBF16;
+    case ffi::DataType::F16:
+      return kF16;
+    default:
+      return -1;
+  }
+}
+
+int64_t workers_of(ffi::ThreadPool& pool) { return std::max<int64_t>(1, pool.num_threads()); }
+
+template <template <int, int> class Fn, typename... A>
+ffi::Error dispatch2(int kx, int ky, A&&... args) {
+#define JLN_CASE(X, Y) \
+  if (kx == X && ky == Y) return Fn<X, Y>::run(std::forward<A>(args)...);
+  JLN_CASE(kF32, kF32) JLN_CASE(kF32, kBF16) JLN_CASE(kF32, kF16)
+  JLN_CASE(kBF16, kF32) JLN_CASE(kBF16, kBF16) JLN_CASE(kBF16, kF16)
+  JLN_CASE(kF16, kF32) JLN_CASE(kF16, kBF16) JLN_CASE(kF16, kF16)
+#undef JLN_CASE
+  return ffi::Error::InvalidArgument("jln native CPU kernels take float32, bfloat16 or float16");
+}
+
+template <int KX, int KY>
+struct Fwd {
+  static ffi::Error run(ffi::ThreadPool& pool, const Config& c, const void* x, const Params& P,
+                        void* y, float* mean, float* rstd) {
+    parallel_rows(pool, c.rows, c.n, workers_of(pool), [=, &c, &P](int64_t r0, int64_t r1, int64_t) {
+      fwd_rows<KX, KY>(c, x, P, y, mean, rstd, r0, r1);
+    });
+    return ffi::Error::Success();
+  }
+};
+
+template <int KX, int KY>
+struct Bwd {
+  static ffi::Error run(ffi::ThreadPool& pool, const Config& c, const void* ct, const void* x,
+                        const Params& P, const float* mean, const float* rstd, void* dx,
+                        float* const* dp) {
+    const int64_t workers = workers_of(pool);
+    std::vector<Grads> partial(size_t(std::max<int64_t>(1, workers)));
+    for (auto& part : partial) {
+      for (int k = 0; k < kParams; ++k) {
+        if (c.has[k]) part.d[k].assign(size_t((c.rows / c.per[k]) * c.n), 0.0);
+      }
+    }
+    Grads* parts = partial.data();
+    parallel_rows(pool, c.rows, c.n, workers, [=, &c, &P](int64_t r0, int64_t r1, int64_t s) {
+      bwd_rows<KX, KY>(c, ct, x, P, mean, rstd, dx, parts + s, r0, r1);
+    });
+    for (int k = 0; k < kParams; ++k) {
+      if (!c.has[k]) continue;
+      const int64_t size = (c.rows / c.per[k]) * c.n;
+      for (int64_t i = 0; i < size; ++i) {
+        double total = 0;
+        for (auto& part : partial) total += part.d[k][size_t(i)];
+        dp[k][i] = float(total);
+      }
+    }
+    return ffi::Error::Success();
+  }
+};
+
+struct NormAttrs {
+  float eps, offset;
+  int32_t center, gemma, round_h, round_y, round_b, round_f, round_s, round_m;
+  int32_t has_scale, has_bias, has_shift, has_mscale;
+};
+
+ffi::Error make_config(const ffi::AnyBuffer& x, const ffi::AnyBuffer* params, const NormAttrs& a, Config* c) {
+  auto dims = x.dimensions();
+  if (dims.size() < 1) return ffi::Error::InvalidArgument("jln native kernels: x must have rank >= 1");
+  c->n = dims.back();
+  if (c->n <= 0) return ffi::Error::InvalidArgument("jln native kernels: empty rows");
+  c->rows = int64_t(x.element_count()) / c->n;
+  c->eps = a.eps;
+  c->offset = a.offset;
+  c->center = a.center != 0;
+  c->gemma = a.gemma != 0;
+  c->round_h = a.round_h;
+  c->round_y = a.round_y;
+  c->round_b = a.round_b;
+  c->round_f = a.round_f;
+  c->round_s = a.round_s;
+  c->round_m = a.round_m;
+  const int32_t has[kParams] = {a.has_scale, a.has_bias, a.has_shift, a.has_mscale};
+  for (int k = 0; k < kParams; ++k) {
+    c->has[k] = has[k] != 0;
+    c->per[k] = c->rows;
+    if (!c->has[k]) continue;
+    const int64_t groups = int64_t(params[k].element_count()) / c->n;
+    if (groups < 1 || groups * c->n != int64_t(params[k].element_count()) || c->rows % groups) {
+      return ffi::Error::InvalidArgument("jln native kernels: a parameter's groups must divide the rows");
+    }
+    c->per[k] = c->rows / groups;
+  }
+  return ffi::Error::Success();
+}
+
+Params params_of(const ffi::AnyBuffer* params) {
+  Params P;
+  for (int k = 0; k < kParams; ++k) P.p[k] = static_cast<const float*>(params[k].untyped_data());
+  return P;
+}
+
+ffi::Error NormFwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer b,
+                   ffi::AnyBuffer shift, ffi::AnyBuffer mscale, NormAttrs a,
+                   ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> mean,
+                   ffi::Result<ffi::AnyBuffer> rstd) {
+  const ffi::AnyBuffer params[kParams] = {w, b, shift, mscale};
+  Config c;
+  ffi::Error err = make_config(x, params, a, &c);
+  if (err.failure()) return err;
+  const Params P = params_of(params);
+  return dispatch2<Fwd>(kind_of(x.element_type()), kind_of(y->element_type()), pool, c,
+                        x.untyped_data(), P, y->untyped_data(),
+                        static_cast<float*>(mean->untyped_data()),
+                        static_cast<float*>(rstd->untyped_data()));
+}
+
+ffi::Error NormBwd(ffi::ThreadPool pool, ffi::AnyBuffer ct, ffi::AnyBuffer x, ffi::AnyBuffer w,
+                   ffi::AnyBuffer b, ffi::AnyBuffer shift, ffi::AnyBuffer mscale,
+                   ffi::AnyBuffer mean, ffi::AnyBuffer rstd, NormAttrs a,
+                   ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dw,
+                   ffi::Result<ffi::AnyBuffer> db, ffi::Result<ffi::AnyBuffer> dshift,
+                   ffi::Result<ffi::AnyBuffer> dmscale) {
+  const ffi::AnyBuffer params[kParams] = {w, b, shift, mscale};
+  Config c;
+  ffi::Error err = make_config(x, params, a, &c);
+  if (err.failure()) return err;
+  const Params P = params_of(params);
+  float* const dp[kParams] = {static_cast<float*>(dw->untyped_data()), static_cast<float*>(db->untyped_data()),
+                              static_cast<float*>(dshift->untyped_data()),
+                              static_cast<float*>(dmscale->untyped_data())};
+  return dispatch2<Bwd>(kind_of(x.element_type()), kind_of(ct.element_type()), pool, c,
+                        ct.untyped_data(), x.untyped_data(), P,
+                        static_cast<const float*>(mean.untyped_data()),
+                        static_cast<const float*>(rstd.untyped_data()), dx->untyped_data(), dp);
+}
+
+}  // namespace
+
+// Attributes travel as one dictionary, decoded into NormAttrs by name.
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(NormAttrs, ::xla::ffi::StructMember<float>("eps"),
+                                      ::xla::ffi::StructMember<float>("offset"),
+                                      ::xla::ffi::StructMember<int32_t>("center"),
+                                      ::xla::ffi::StructMember<int32_t>("gemma"),
+                                      ::xla::ffi::StructMember<int32_t>("round_h"),
+                                      ::xla::ffi::StructMember<int32_t>("round_y"),
+                                      ::xla::ffi::StructMember<int32_t>("round_b"),
+                                      ::xla::ffi::StructMember<int32_t>("round_f"),
+                                      ::xla::ffi::StructMember<int32_t>("round_s"),
+                                      ::xla::ffi::StructMember<int32_t>("round_m"),
+                                      ::xla::ffi::StructMember<int32_t>("has_scale"),
+                                      ::xla::ffi::StructMember<int32_t>("has_bias"),
+                                      ::xla::ffi::StructMember<int32_t>("has_shift"),
+                                      ::xla::ffi::StructMember<int32_t>("has_mscale"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JlnNormFwd, NormFwd,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // scale
+                                  .Arg<ffi::AnyBuffer>()  // bias
+                                  .Arg<ffi::AnyBuffer>()  // shift
+                                  .Arg<ffi::AnyBuffer>()  // mscale
+                                  .Attrs<NormAttrs>()
+                                  .Ret<ffi::AnyBuffer>()   // y
+                                  .Ret<ffi::AnyBuffer>()   // m (mean about the pivot)
+                                  .Ret<ffi::AnyBuffer>());  // rstd
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JlnNormBwd, NormBwd,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()  // ct
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // scale
+                                  .Arg<ffi::AnyBuffer>()  // bias
+                                  .Arg<ffi::AnyBuffer>()  // shift
+                                  .Arg<ffi::AnyBuffer>()  // mscale
+                                  .Arg<ffi::AnyBuffer>()  // m
+                                  .Arg<ffi::AnyBuffer>()  // rstd
+                                  .Attrs<NormAttrs>()
+                                  .Ret<ffi::AnyBuffer>()   // dx
+                                  .Ret<ffi::AnyBuffer>()   // dscale
+                                  .Ret<ffi::AnyBuffer>()   // dbias
+                                  .Ret<ffi::AnyBuffer>()   // dshift
+                                  .Ret<ffi::AnyBuffer>());  // dmscale

@@ -1,0 +1,272 @@
+"""jln's native CPU kernels (``impl="native"``, and ``"auto"`` on CPU) against the XLA path.
+
+The XLA path is the contract; it is itself checked against torch and float64 elsewhere
+(tests/test_parity_torch.py). Here every supported op, convention and dtype is compared
+elementwise, forward and backward, through every transform, and the fallbacks are checked.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jln
+from jln.kernels import _cpu
+
+pytestmark = pytest.mark.skipif(
+    jax.default_backend() != "cpu" or _cpu.available() is not None,
+    reason=f"native CPU kernels not available here: {_cpu.available() if jax.default_backend() == 'cpu' else 'not a CPU backend'}",
+)
+
+DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
+Array = jax.Array
+
+
+def _ops(dt: Any) -> dict[str, Callable[..., Any]]:
+    """Every native op: f(x, w, b, impl) -> y, with parameters in the op's natural dtypes."""
+    return {
+        "layer_norm": lambda x, w, b, impl: jln.layer_norm(x, w, b, impl=impl),
+        "layer_norm/no-params": lambda x, w, b, impl: jln.layer_norm(x, impl=impl),
+        "layer_norm/f32-params": lambda x, w, b, impl: jln.layer_norm(x, w.astype(jnp.float32), b.astype(jnp.float32), impl=impl),
+        "add_layer_norm": lambda x, w, b, impl: jln.add_layer_norm(x, jnp.flip(x, -1), w, b, impl=impl)[0],
+        "add_layer_norm/fp32-residual": lambda x, w, b, impl: jln.add_layer_norm(
+            x, jnp.flip(x, -1), w, b, residual_in_fp32=True, impl=impl)[0],
+        "rms/torch": lambda x, w, b, impl: jln.rms_norm(x, w, impl=impl),
+        "rms/torch-f32-weight": lambda x, w, b, impl: jln.rms_norm(x, w.astype(jnp.float32), impl=impl),
+        "rms/llama": lambda x, w, b, impl: jln.rms_norm(x, w, convention="llama", impl=impl),
+        "rms/llama-f32-weight": lambda x, w, b, impl: jln.rms_norm(x, w.astype(jnp.float32), convention="llama", impl=impl),
+        "rms/gemma": lambda x, w, b, impl: jln.rms_norm(x, w, convention="gemma", impl=impl),
+        "rms/t5": lambda x, w, b, impl: jln.rms_norm(x, w, convention="t5", impl=impl),
+        "rms/t5-no-weight": lambda x, w, b, impl: jln.rms_norm(x, convention="t5", impl=impl),
+        "rms/diffusers-bias": lambda x, w, b, impl: jln.rms_norm(x, w, bias=b, convention="diffusers", impl=impl),
+        "add_rms_norm/llama": lambda x, w, b, impl: jln.add_rms_norm(x, jnp.flip(x, -1), w, convention="llama", impl=impl)[0],
+        # adaptive LayerNorm: per-example shift/scale chunks of a condition [B, 2D] (DiT's final layer)
+        "adaptive/dit_final": lambda x, w, b, impl: jln.adaptive_layer_norm(
+            x, jnp.concatenate([jnp.sin(x[:, 0]), jnp.cos(x[:, 1])], -1), order="dit_final", impl=impl)[0],
+        "adaptive/seed-with-affine": lambda x, w, b, impl: jln.adaptive_layer_norm(
+            x, jnp.concatenate([x[:, 0] * 0.1, x[:, 2]], -1).astype(jnp.float32), w, b, order="seed", impl=impl)[0],
+    }
+
+
+def _inputs(dt: Any, shape: tuple[int, ...] = (3, 5, 96), offset: float = 0.0) -> tuple[jax.Array, ...]:
+    k = jax.random.split(jax.random.key(7), 4)
+    x = (jax.random.normal(k[0], shape, jnp.float32) * 1.5 + offset).astype(dt)
+    w = (1.0 + 0.3 * jax.random.normal(k[1], shape[-1:], jnp.float32)).astype(dt)
+    b = (0.2 * jax.random.normal(k[2], shape[-1:], jnp.float32)).astype(dt)
+    ct = jax.random.normal(k[3], shape, jnp.float32)
+    return x, w, b, ct
+
+
+def _ulp(dtype: Any) -> float:
+    return float(jnp.finfo(dtype).eps)
+
+
+def _close(a: Array, b: Array, what: str, rel_ulps: float = 8.0) -> None:
+    """Equal up to a few units in the last place of the values' scale (float32 reductions in
+    another order), in the arrays' own dtype."""
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    assert a.dtype == b.dtype and a.shape == b.shape, (what, a.dtype, b.dtype, a.shape, b.shape)
+    scale = max(1.0, float(np.max(np.abs(b64))))
+    tol = rel_ulps * _ulp(a.dtype) * scale
+    err = float(np.max(np.abs(a64 - b64))) if a.size else 0.0
+    assert err <= tol, f"{what}: max |native - xla| = {err:.3g} > {tol:.3g}"
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: jnp.dtype(d).name)
+def test_forward_matches_xla_path(dt: Any) -> None:
+    x, w, b, _ = _inputs(dt)
+    for name, f in _ops(dt).items():
+        y_native = jax.jit(f, static_argnums=3)(x, w, b, "native")
+        y_xla = jax.jit(f, static_argnums=3)(x, w, b, "xla")
+        _close(y_native, y_xla, f"{name} {jnp.dtype(dt).name}", rel_ulps=4)
+        if y_xla.dtype != jnp.float32:
+            # a half-precision output is the float32 value rounded once: bit-identical unless the
+            # two float32 reductions straddle a rounding boundary (measured: never here)
+            same = float(jnp.mean((y_native == y_xla).astype(jnp.float32)))
+            assert same >= 0.999, f"{name}: only {same:.4%} bit-identical"
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: jnp.dtype(d).name)
+def test_backward_matches_xla_path(dt: Any) -> None:
+    x, w, b, ct = _inputs(dt)
+    for name, f in _ops(dt).items():
+        def vjp(impl: str, f: Callable[..., Any] = f) -> tuple[Array, ...]:
+            y, pull = jax.vjp(lambda x, w, b: f(x, w, b, impl), x, w, b)
+            return pull(ct.astype(y.dtype))
+
+        g_native = jax.jit(vjp, static_argnums=0)("native")
+        g_xla = jax.jit(vjp, static_argnums=0)("xla")
+        for gn, gx, arg in zip(g_native, g_xla, ("dx", "dscale", "dbias"), strict=True):
+            # dx of a half x is rounded once from float32; parameter gradients sum 15 rows
+            _close(gn, gx, f"{name} {jnp.dtype(dt).name} {arg}", rel_ulps=16 if dt == jnp.float32 else 2)
+
+
+def test_auto_takes_native_kernels_and_xla_does_not() -> None:
+    x, w, b, _ = _inputs(jnp.bfloat16)
+
+    def hlo(impl: str) -> str:
+        f = jax.grad(lambda x, w, b: jnp.sum(jln.layer_norm(x, w, b, impl=impl).astype(jnp.float32)), argnums=(0, 1, 2))
+        return jax.jit(f).lower(x, w, b).as_text()
+
+    auto = hlo("auto")
+    assert "jln_cpu_norm_fwd" in auto and "jln_cpu_norm_bwd" in auto
+    assert "jln_cpu_norm" not in hlo("xla")
+
+
+def test_large_offset_keeps_full_precision() -> None:
+    # x = 3e5 + N(0, 1): the pivot makes the statistics exact; E[x^2] - E[x]^2 would lose all digits
+    x = np.random.default_rng(0).standard_normal((16, 1024)) + 3e5
+    y = np.asarray(jln.layer_norm(jnp.asarray(x, jnp.float32), impl="native"), np.float64)
+    x32 = np.asarray(np.float32(x), np.float64)  # the float32 input the kernel sees
+    ref = (x32 - x32.mean(-1, keepdims=True)) / np.sqrt(x32.var(-1, keepdims=True) + 1e-5)
+    assert np.max(np.abs(y - ref)) < 2e-6
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (4, 1), (2, 3), (7, 17), (2, 2, 4097), (70, 1000)])
+def test_shapes_including_threaded_chunks(shape: tuple[int, ...]) -> None:
+    # widths below/above the 16-lane blocks, and 70x1000 = 2+ row chunks (the thread-pool path)
+    x, w, b, ct = _inputs(jnp.float32, shape)
+    for impl_pair in (("native", "xla"),):
+        outs = []
+        for impl in impl_pair:
+            y, pull = jax.vjp(lambda x, w, b, impl=impl: jln.layer_norm(x, w, b, impl=impl), x, w, b)
+            outs.append((y, *pull(ct)))
+        for a, c, what in zip(outs[0], outs[1], ("y", "dx", "dscale", "dbias"), strict=True):
+            _close(a, c, f"{shape} {what}", rel_ulps=32)
+
+
+def test_special_values_propagate_like_xla() -> None:
+    x = jnp.array([[0.0, 0.0, 0.0, 0.0], [1.0, jnp.nan, 2.0, 3.0], [1.0, jnp.inf, 2.0, 3.0], [1e30, -1e30, 3.0, 0.0]], jnp.float32)
+    for f in (lambda x, impl: jln.layer_norm(x, impl=impl), lambda x, impl: jln.rms_norm(x, impl=impl)):
+        a, c = np.asarray(f(x, "native")), np.asarray(f(x, "xla"))
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(c))
+        np.testing.assert_allclose(a[~np.isnan(a)], c[~np.isnan(c)], rtol=1e-6, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- transforms
+
+
+def _f(impl: str) -> Callable[..., Array]:
+    return lambda x, w, b: jnp.sum(jnp.sin(jln.layer_norm(x, w, b, impl=impl)))
+
+
+def _tree_close(a: Any, c: Any, what: str, tol: float) -> None:
+    for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(c), strict=True):
+        err = float(jnp.max(jnp.abs(u - v)))
+        assert err <= tol, f"{what}: {err:.3g} > {tol:.3g}"
+
+
+TRANSFORMS: dict[str, Callable[[str, Array, Array, Array, Array], Any]] = {
+    "eager": lambda i, x, w, b, W: jln.layer_norm(x, w, b, impl=i),
+    "grad": lambda i, x, w, b, W: jax.grad(_f(i), argnums=(0, 1, 2))(x, w, b),
+    "jvp": lambda i, x, w, b, W: jax.jvp(_f(i), (x, w, b), (0.1 * x, w, b)),
+    "jacfwd": lambda i, x, w, b, W: jax.jacfwd(_f(i), argnums=1)(x, w, b),
+    "hessian": lambda i, x, w, b, W: jax.hessian(_f(i), argnums=1)(x, w, b),
+    "grad-of-grad": lambda i, x, w, b, W: jax.grad(lambda x: jnp.sum(jax.grad(_f(i))(x, w, b) ** 2))(x),
+    "vmap(grad), per-example weights": lambda i, x, w, b, W: jax.vmap(jax.grad(_f(i), argnums=(0, 1)), in_axes=(0, 0, None))(x, W, b),
+    "grad(vmap), per-example weights": lambda i, x, w, b, W: jax.grad(
+        lambda x, W: jnp.sum(jnp.cos(jax.vmap(lambda xx, ww: jln.layer_norm(xx, ww, b, impl=i))(x, W))), argnums=(0, 1))(x, W),
+    "vmap(jvp)": lambda i, x, w, b, W: jax.vmap(lambda xx: jax.jvp(_f(i), (xx, w, b), (xx, w, b))[1])(x),
+    "vmap(vmap(grad)) rms": lambda i, x, w, b, W: jax.vmap(jax.vmap(
+        jax.grad(lambda x, w: jnp.sum(jnp.sin(jln.rms_norm(x, w, convention="llama", impl=i))), argnums=(0, 1)),
+        in_axes=(0, None)), in_axes=(0, 0))(x, W),
+    "grad(scan)": lambda i, x, w, b, W: jax.grad(lambda x: jax.lax.scan(
+        lambda c, xx: (c + jnp.sum(jnp.sin(jln.layer_norm(xx, w, b, impl=i))), None), 0.0, x)[0])(x),
+    "grad(checkpoint)": lambda i, x, w, b, W: jax.grad(jax.checkpoint(_f(i)))(x, w, b),
+}
+
+
+@pytest.mark.parametrize("name", list(TRANSFORMS))
+def test_transforms_match_xla_path(name: str) -> None:
+    x, w, b, _ = _inputs(jnp.float32, (3, 5, 16), offset=50.0)
+    W = jax.random.normal(jax.random.key(3), (3, 16))
+    got = TRANSFORMS[name]("native", x, w, b, W)
+    want = TRANSFORMS[name]("xla", x, w, b, W)
+    _tree_close(got, want, name, 2e-5)
+
+
+def test_residuals_are_x_and_row_statistics() -> None:
+    # reverse mode keeps x (own dtype), per-row statistics and the parameters: 2 B/elem for bf16
+    from jln import _residuals
+
+    x = jnp.ones((64, 256), jnp.bfloat16)
+    w = jnp.ones((256,), jnp.bfloat16)
+    per_elem = _residuals.residual_bytes_per_element(lambda x, w: jln.layer_norm(x, w, w, impl="native"), x, w)
+    # x (2 B) + float32 mean and rstd per row (8 B / 256) + the float32 scale and bias copies
+    # + a few 4-byte placeholders for the absent shift/scale of adaptive LayerNorm
+    assert 2.0 <= per_elem <= 2.0 + 8 / 256 + (2 * 4 * 256 + 4 * 4) / x.size + 1e-9, per_elem
+
+
+# ----------------------------------------------------------------------------- fallbacks
+
+
+@pytest.mark.parametrize(
+    "call, why",
+    [
+        (lambda x: jln.layer_norm(x.astype(jnp.float64), impl="native"), "float64"),
+        (lambda x: jln.layer_norm(x, axis=0, impl="native"), "trailing axes"),
+        (lambda x: jln.rms_norm(x, convention="seed", impl="native"), "seed"),
+    ],
+)
+def test_native_refuses_what_it_does_not_cover(call: Callable[[Array], Any], why: str) -> None:
+    x = jnp.ones((4, 8), jnp.float32)
+    with jax.enable_x64(True), pytest.raises(ValueError, match=why):
+        call(x)
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu", **env},
+    )
+
+
+PROBE = """
+    import jax, jax.numpy as jnp, jln
+    from jln.kernels import _cpu
+    x = jnp.ones((4, 8))
+    print("REASON", _cpu.available())
+    print("HLO", "jln_cpu_norm" in jax.jit(lambda x: jln.layer_norm(x)).lower(x).as_text())
+    print("Y", float(jln.layer_norm(x + jnp.arange(8.0))[0, 0]))
+    try:
+        jln.layer_norm(x, impl="native")
+    except ValueError as e:
+        print("ERR", e)
+"""
+
+
+def test_without_a_compiler_auto_stays_on_xla(tmp_path: Any) -> None:
+    done = _run(PROBE, CXX=str(tmp_path / "no-such-compiler"), JLN_CACHE_DIR=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "HLO False" in out and "Y -1.52" in out, out  # XLA path, same answer
+    assert "ERR jln.layer_norm: impl='native' is not available here" in out and "no-such-compiler" in out, out
+
+
+def test_env_switch_disables_native() -> None:
+    done = _run(PROBE, JLN_NATIVE="0")
+    assert done.returncode == 0, done.stderr
+    assert "HLO False" in done.stdout and "JLN_NATIVE=0" in done.stdout, done.stdout
+
+
+def test_several_devices_keep_auto_on_xla() -> None:
+    done = _run(PROBE, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    assert done.returncode == 0, done.stderr
+    assert "REASON None" in done.stdout and "HLO False" in done.stdout, done.stdout
+
+
+def test_build_is_cached_and_keyed(tmp_path: Any) -> None:
+    a = _run("from jln.kernels import _cpu; print(_cpu._build())", JLN_CACHE_DIR=str(tmp_path))
+    b = _run("from jln.kernels import _cpu; print(_cpu._build())", JLN_CACHE_DIR=str(tmp_path))
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    assert a.stdout == b.stdout and a.stdout.strip().endswith(".so")
+    assert [p.name for p in tmp_path.iterdir()] == [os.path.basename(a.stdout.strip())]  # no temp files left
