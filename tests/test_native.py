@@ -270,3 +270,16 @@ def test_build_is_cached_and_keyed(tmp_path: Any) -> None:
     assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
     assert a.stdout == b.stdout and a.stdout.strip().endswith(".so")
     assert [p.name for p in tmp_path.iterdir()] == [os.path.basename(a.stdout.strip())]  # no temp files left
+
+
+def test_tiny_outputs_match_xla_flush_to_zero() -> None:
+    # XLA:CPU computes with subnormals flushed to zero, and the kernels run on its threads with
+    # the same floating-point mode: results near and below 2**-126 match the XLA path exactly
+    # (the AVX512-BF16 conversion path also falls back to software rounding for subnormals)
+    x = jax.random.normal(jax.random.key(0), (4, 40), jnp.float32).astype(jnp.bfloat16)
+    for scale in (3e-39, 2e-38, 1e-37):
+        w = jnp.asarray(np.full((40,), scale, np.float32))
+        for f in (lambda impl, w=w: jln.layer_norm(x, w, impl=impl), lambda impl, w=w: jln.rms_norm(x, w, impl=impl)):
+            a, c = f("native"), f("xla")
+            assert a.dtype == c.dtype == jnp.bfloat16
+            np.testing.assert_array_equal(np.asarray(a.astype(jnp.float32)), np.asarray(c.astype(jnp.float32)))

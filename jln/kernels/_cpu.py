@@ -54,7 +54,8 @@ from jln import _layer_norm, _rms_norm, _stats
 Array = jax.Array
 
 SOURCE = Path(__file__).with_name("cpu_norm.cc")
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-fno-math-errno", "-shared", "-fPIC", "-w")
+# -ffp-contract=off: a * b + c rounds twice, as in the XLA body (no compiler-chosen FMAs)
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-fno-math-errno", "-shared", "-fPIC", "-w")
 _KINDS = {jnp.dtype(jnp.float32): 0, jnp.dtype(jnp.bfloat16): 1, jnp.dtype(jnp.float16): 2}
 _FWD, _BWD = "jln_cpu_norm_fwd", "jln_cpu_norm_bwd"
 
@@ -162,13 +163,25 @@ class Spec(NamedTuple):
     def attrs(self) -> dict[str, Any]:
         names = ("round_h", "round_y", "round_b", "round_f", "round_s", "round_m")
         return dict(
-            eps=np.float32(self.eps), offset=np.float32(self.offset), center=np.int32(self.center),
+            threads=np.int32(threads()), eps=np.float32(self.eps), offset=np.float32(self.offset), center=np.int32(self.center),
             gemma=np.int32(self.gemma), **{k: np.int32(v) for k, v in zip(names, self.rounds, strict=True)},
             **{k: np.int32(v) for k, v in zip(_HAS, self.has, strict=True)},
         )
 
 
 _HAS = ("has_scale", "has_bias", "has_shift", "has_mscale")
+
+
+def threads() -> int:
+    """How many of XLA's intra-op threads a kernel call may use (0: all of them).
+
+    ``JLN_NATIVE_THREADS=k`` sets it; otherwise a process that runs XLA single-threaded
+    (``--xla_cpu_multi_thread_eigen=false`` in ``XLA_FLAGS``) gets 1, so jln never uses
+    more threads than the XLA computation around it. Read when a call is traced.
+    """
+    if os.environ.get("JLN_NATIVE_THREADS"):
+        return max(0, int(os.environ["JLN_NATIVE_THREADS"]))
+    return 1 if "xla_cpu_multi_thread_eigen=false" in os.environ.get("XLA_FLAGS", "") else 0
 
 
 def _kind(dtype: Any) -> int:

@@ -39,6 +39,11 @@
 #include <thread>
 #include <vector>
 
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512VL__)
+#include <immintrin.h>
+#define JLN_AVX512_BF16 1
+#endif
+
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -87,10 +92,152 @@ inline void store(void* p, int64_t i, float v) {
   }
 }
 
+// Stores a float32 row as y's dtype. bfloat16 uses the CPU's round-to-nearest-even
+// conversion where it has one (AVX512-BF16); that instruction flushes float32 subnormal
+// inputs to zero, so a block holding any goes through the exact software rounding instead.
+template <int K>
+inline void store_row(void* y, int64_t o, const float* h, int64_t n) {
+  int64_t j = 0;
+#ifdef JLN_AVX512_BF16
+  if constexpr (K == kBF16) {
+    uint16_t* out = static_cast<uint16_t*>(y) + o;
+    const __m512 tiny = _mm512_set1_ps(1.17549435e-38f), zero = _mm512_setzero_ps();
+    for (; j + 16 <= n; j += 16) {
+      const __m512 v = _mm512_loadu_ps(h + j);
+      const __m512 a = _mm512_abs_ps(v);
+      if (_mm512_cmp_ps_mask(a, tiny, _CMP_LT_OQ) & _mm512_cmp_ps_mask(a, zero, _CMP_GT_OQ)) {
+        for (int l = 0; l < 16; ++l) out[j + l] = to_bf16(h[j + l]);
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+      }
+    }
+  }
+#endif
+  for (; j < n; ++j) store<K>(y, o + j, h[j]);
+}
+
 inline float round_to(float v, int k) {
   if (k == kBF16) return bits_to_float(uint32_t(to_bf16(v)) << 16);
   if (k == kF16) return float(_Float16(v));
   return v;
+}
+
+// ---- 16-lane vectors (GCC/Clang vector extensions: the compiler picks AVX-512, AVX2, SSE or
+// NEON). Explicit vectors let one loop fuse load, arithmetic, rounding and store.
+constexpr int V = 16;
+typedef float vf __attribute__((vector_size(64)));
+typedef uint32_t vu __attribute__((vector_size(64)));
+typedef int32_t vi __attribute__((vector_size(64)));
+typedef uint16_t vh __attribute__((vector_size(32)));
+typedef _Float16 vhf __attribute__((vector_size(32)));
+typedef double vd __attribute__((vector_size(64)));  // 8 lanes
+
+template <int K>
+inline vf vload(const void* p, int64_t i) {
+  if constexpr (K == kF32) {
+    vf v;
+    std::memcpy(&v, static_cast<const float*>(p) + i, sizeof(v));
+    return v;
+  } else if constexpr (K == kBF16) {
+    vh h;
+    std::memcpy(&h, static_cast<const uint16_t*>(p) + i, sizeof(h));
+    return reinterpret_cast<vf>(__builtin_convertvector(h, vu) << 16);
+  } else {
+    vhf h;
+    std::memcpy(&h, static_cast<const _Float16*>(p) + i, sizeof(h));
+    return __builtin_convertvector(h, vf);
+  }
+}
+
+// float32 -> bfloat16 bits for 16 lanes, as to_bf16.
+inline vh vbf16(vf v) {
+  const vu u = reinterpret_cast<vu>(v);
+  const vu rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const vu nan = reinterpret_cast<vu>((u & 0x7FFFFFFFu) > 0x7F800000u);  // all-ones where NaN
+  return __builtin_convertvector((rounded & ~nan) | (((u >> 16) | 0x40u) & nan), vh);
+}
+
+template <int K>
+inline void vstore(void* p, int64_t i, vf v) {
+  if constexpr (K == kF32) {
+    std::memcpy(static_cast<float*>(p) + i, &v, sizeof(v));
+  } else if constexpr (K == kBF16) {
+#ifdef JLN_AVX512_BF16
+    // the CPU's round-to-nearest-even conversion; it flushes float32 subnormal inputs to zero,
+    // so a vector holding any takes the exact software rounding instead
+    const __m512 m = reinterpret_cast<__m512>(v);
+    if (__builtin_expect(_mm512_fpclass_ps_mask(m, 0x20) == 0, 1)) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(p) + i),
+                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(m)));
+      return;
+    }
+#endif
+    const vh h = vbf16(v);
+    std::memcpy(static_cast<uint16_t*>(p) + i, &h, sizeof(h));
+  } else {
+    const vhf h = __builtin_convertvector(v, vhf);
+    std::memcpy(static_cast<_Float16*>(p) + i, &h, sizeof(h));
+  }
+}
+
+inline float hsum(vf v) {
+  // pairwise over the 16 lanes (fixed order: deterministic)
+  float t[V];
+  std::memcpy(t, &v, sizeof(t));
+  for (int w = V / 2; w > 0; w /= 2) {
+    for (int l = 0; l < w; ++l) t[l] += t[l + w];
+  }
+  return t[0];
+}
+
+// sum over j < n of f(j) (f returns a vf for lanes j..j+15) plus tail(j) for the last n % 16;
+// four independent vector accumulators, combined in a fixed order.
+template <typename F, typename T>
+inline float vsum(int64_t n, F f, T tail) {
+  vf a0 = {}, a1 = {}, a2 = {}, a3 = {};
+  int64_t j = 0;
+  for (; j + 4 * V <= n; j += 4 * V) {
+    a0 += f(j);
+    a1 += f(j + V);
+    a2 += f(j + 2 * V);
+    a3 += f(j + 3 * V);
+  }
+  for (; j + V <= n; j += V) a0 += f(j);
+  float t = 0;
+  for (; j < n; ++j) t += tail(j);
+  return hsum((a0 + a1) + (a2 + a3)) + t;
+}
+
+// acc[0..15] += u, and += u * v (float64 accumulation of per-feature gradients; the product of
+// two floats is exact in float64)
+typedef float vf8 __attribute__((vector_size(32)));
+inline void halves(vf u, vd* lo, vd* hi) {
+  vf8 a, b;
+  std::memcpy(&a, &u, sizeof(a));
+  std::memcpy(&b, reinterpret_cast<const char*>(&u) + sizeof(a), sizeof(b));
+  *lo = __builtin_convertvector(a, vd);
+  *hi = __builtin_convertvector(b, vd);
+}
+inline void vacc(double* __restrict__ acc, vf u) {
+  vd lo, hi, a0, a1;
+  halves(u, &lo, &hi);
+  std::memcpy(&a0, acc, sizeof(a0));
+  std::memcpy(&a1, acc + 8, sizeof(a1));
+  a0 += lo;
+  a1 += hi;
+  std::memcpy(acc, &a0, sizeof(a0));
+  std::memcpy(acc + 8, &a1, sizeof(a1));
+}
+inline void vacc2(double* __restrict__ acc, vf u, vf v) {
+  vd ul, uh, vl, vh2, a0, a1;
+  halves(u, &ul, &uh);
+  halves(v, &vl, &vh2);
+  std::memcpy(&a0, acc, sizeof(a0));
+  std::memcpy(&a1, acc + 8, sizeof(a1));
+  a0 += ul * vl;
+  a1 += uh * vh2;
+  std::memcpy(acc, &a0, sizeof(a0));
+  std::memcpy(acc + 8, &a1, sizeof(a1));
 }
 
 enum Param : int { kW = 0, kB = 1, kShift = 2, kMscale = 3, kParams = 4 };
@@ -100,7 +247,7 @@ struct Config {
   bool center, gemma;
   bool has[kParams];
   int round_h, round_y, round_b, round_f, round_s, round_m;
-  int64_t rows, n;
+  int64_t rows, n, threads;
   int64_t per[kParams];  // rows per parameter group
   // the fused single-sweep forward applies: no rounding steps, no modulation, no gemma
   bool simple() const {
@@ -114,7 +261,7 @@ struct Params {
   const float* row(const Config& c, int k, int64_t r) const { return p[k] + (r / c.per[k]) * c.n; }
 };
 
-constexpr int kLanes = 16;
+constexpr int kLanes = 64;
 
 // sum over j < n of f(j), with kLanes independent partial sums (vectorizable, deterministic).
 template <typename F>
@@ -139,28 +286,77 @@ inline void row_stats(const Config& c, const void* x, int64_t o, float* p, float
   const float fn = float(n);
   if (c.center) {
     const float pv = load<KX>(x, o);
-    const float s = lane_sum(n, [&](int64_t j) { return load<KX>(x, o + j) - pv; });
+    const float s = vsum(n, [&](int64_t j) { return vload<KX>(x, o + j) - pv; },
+                         [&](int64_t j) { return load<KX>(x, o + j) - pv; });
     const float mm = s / fn;
-    const float q = lane_sum(n, [&](int64_t j) {
-      const float d = (load<KX>(x, o + j) - pv) - mm;
-      return d * d;
-    });
+    const float q = vsum(
+        n,
+        [&](int64_t j) {
+          const vf d = (vload<KX>(x, o + j) - pv) - mm;
+          return d * d;
+        },
+        [&](int64_t j) {
+          const float d = (load<KX>(x, o + j) - pv) - mm;
+          return d * d;
+        });
     *p = pv;
     *m = mm;
     *rstd = 1.0f / std::sqrt(q / fn + c.eps);
   } else {
-    const float q = lane_sum(n, [&](int64_t j) {
-      const float v = load<KX>(x, o + j);
-      return v * v;
-    });
+    const float q = vsum(
+        n,
+        [&](int64_t j) {
+          const vf v = vload<KX>(x, o + j);
+          return v * v;
+        },
+        [&](int64_t j) {
+          const float v = load<KX>(x, o + j);
+          return v * v;
+        });
     *p = 0;
     *m = 0;
     *rstd = 1.0f / std::sqrt(q / fn + c.eps);
   }
 }
 
-// Each step below is one simple loop over a row held in a float32 buffer (L1/L2 resident), so
-// the compiler vectorizes it; the row's data is read from memory once per pass over x.
+// The common forward (no rounding steps, no modulation, no gemma): one fused sweep per row,
+// specialized on (center, scale, bias) so the loop carries no branches.
+template <int KX, int KY, bool C, bool W, bool B>
+inline void simple_out_t(const void* x, int64_t o, int64_t n, float p, float m, float rs,
+                         const float* w, const float* b, void* y) {
+  int64_t j = 0;
+  for (; j + V <= n; j += V) {
+    vf v = vload<KX>(x, o + j);
+    v = C ? ((v - p) - m) * rs : v * rs;
+    if constexpr (W) v = v * vload<kF32>(w, j);
+    if constexpr (B) v = v + vload<kF32>(b, j);
+    vstore<KY>(y, o + j, v);
+  }
+  for (; j < n; ++j) {
+    float v = load<KX>(x, o + j);
+    v = C ? ((v - p) - m) * rs : v * rs;
+    if constexpr (W) v = v * w[j];
+    if constexpr (B) v = v + b[j];
+    store<KY>(y, o + j, v);
+  }
+}
+
+template <int KX, int KY>
+inline void simple_out(const Config& c, const void* x, int64_t o, float p, float m, float rs,
+                       const float* w, const float* b, void* y) {
+  const int key = (c.center ? 4 : 0) | (w ? 2 : 0) | (b ? 1 : 0);
+  switch (key) {
+    case 7: return simple_out_t<KX, KY, true, true, true>(x, o, c.n, p, m, rs, w, b, y);
+    case 6: return simple_out_t<KX, KY, true, true, false>(x, o, c.n, p, m, rs, w, b, y);
+    case 5: return simple_out_t<KX, KY, true, false, true>(x, o, c.n, p, m, rs, w, b, y);
+    case 4: return simple_out_t<KX, KY, true, false, false>(x, o, c.n, p, m, rs, w, b, y);
+    case 3: return simple_out_t<KX, KY, false, true, true>(x, o, c.n, p, m, rs, w, b, y);
+    case 2: return simple_out_t<KX, KY, false, true, false>(x, o, c.n, p, m, rs, w, b, y);
+    case 1: return simple_out_t<KX, KY, false, false, true>(x, o, c.n, p, m, rs, w, b, y);
+    default: return simple_out_t<KX, KY, false, false, false>(x, o, c.n, p, m, rs, w, b, y);
+  }
+}
+
 inline void round_inplace(float* v, int64_t n, int k) {
   if (k == kBF16) {
     for (int64_t j = 0; j < n; ++j) v[j] = bits_to_float(uint32_t(to_bf16(v[j])) << 16);
@@ -170,8 +366,8 @@ inline void round_inplace(float* v, int64_t n, int k) {
 }
 
 template <int KX>
-inline void normalized(const void* x, int64_t o, int64_t n, bool center, float p, float m, float rs,
-                       float* h) {
+inline void normalized(const void* __restrict__ x, int64_t o, int64_t n, bool center, float p, float m,
+                       float rs, float* __restrict__ h) {
   if (center) {
     for (int64_t j = 0; j < n; ++j) h[j] = ((load<KX>(x, o + j) - p) - m) * rs;
   } else {
@@ -179,8 +375,14 @@ inline void normalized(const void* x, int64_t o, int64_t n, bool center, float p
   }
 }
 
+// v = v * w + b (two roundings, as the XLA body)
+inline void fma_row(float* __restrict__ v, const float* __restrict__ w, const float* __restrict__ b, int64_t n) {
+#pragma GCC ivdep
+  for (int64_t j = 0; j < n; ++j) v[j] = v[j] * w[j] + b[j];
+}
+
 // v *= w (or 1 + w for gemma)
-inline void weigh(float* v, const float* w, int64_t n, bool gemma) {
+inline void weigh(float* __restrict__ v, const float* __restrict__ w, int64_t n, bool gemma) {
   if (gemma) {
     for (int64_t j = 0; j < n; ++j) v[j] = v[j] * (1.0f + w[j]);
   } else {
@@ -222,18 +424,8 @@ void fwd_rows(const Config& c, const void* x, const Params& P, void* y, float* m
     mean[r] = m;
     rstd_out[r] = rs;
     if (c.simple()) {
-      // one fused sweep (a missing scale multiplies by 1, exactly)
-      const float* we = c.has[kW] ? P.row(c, kW, r) : one.data();
-      const float* br = c.has[kB] ? P.row(c, kB, r) : nullptr;
-      if (c.center && br) {
-        for (int64_t j = 0; j < n; ++j) store<KY>(y, o + j, (((load<KX>(x, o + j) - p) - m) * rs) * we[j] + br[j]);
-      } else if (c.center) {
-        for (int64_t j = 0; j < n; ++j) store<KY>(y, o + j, (((load<KX>(x, o + j) - p) - m) * rs) * we[j]);
-      } else if (br) {
-        for (int64_t j = 0; j < n; ++j) store<KY>(y, o + j, (load<KX>(x, o + j) * rs) * we[j] + br[j]);
-      } else {
-        for (int64_t j = 0; j < n; ++j) store<KY>(y, o + j, (load<KX>(x, o + j) * rs) * we[j]);
-      }
+      simple_out<KX, KY>(c, x, o, p, m, rs, c.has[kW] ? P.row(c, kW, r) : nullptr,
+                         c.has[kB] ? P.row(c, kB, r) : nullptr, y);
       continue;
     }
     normalized<KX>(x, o, n, c.center, p, m, rs, h);
@@ -251,7 +443,7 @@ void fwd_rows(const Config& c, const void* x, const Params& P, void* y, float* m
       for (int64_t j = 0; j < n; ++j) h[j] = h[j] + sr[j];
       round_inplace(h, n, c.round_s);
     }
-    for (int64_t j = 0; j < n; ++j) store<KY>(y, o + j, h[j]);
+    store_row<KY>(y, o, h, n);
   }
 }
 
@@ -266,6 +458,61 @@ inline void accumulate(double* acc, const float* u, const float* v, int64_t n) {
   for (int64_t j = 0; j < n; ++j) acc[j] += double(u[j]) * double(v[j]);
 }
 
+// The common backward (no rounding steps, no modulation, no gemma): two fused sweeps per row,
+// the first for the row sums and the parameter gradients, the second writing dx.
+template <int KX, int KY>
+inline void simple_bwd(const Config& c, const void* ct, const void* x, int64_t o, float p, float m,
+                       float rs, const float* w, float* __restrict__ dw, float* __restrict__ db, void* dx) {
+  const int64_t n = c.n;
+  const float fn = float(n);
+  vf sg = {}, shg = {};
+  float sg_t = 0, shg_t = 0;
+  int64_t j = 0;
+  for (; j + V <= n; j += V) {
+    const vf xv = vload<KX>(x, o + j);
+    const vf h = c.center ? ((xv - p) - m) * rs : xv * rs;
+    const vf cv = vload<KY>(ct, o + j);
+    if (db) vstore<kF32>(db, j, vload<kF32>(db, j) + cv);
+    vf g = cv;
+    if (w) {
+      vstore<kF32>(dw, j, vload<kF32>(dw, j) + cv * h);
+      g = cv * vload<kF32>(w, j);
+    }
+    sg += g;
+    shg += h * g;
+  }
+  for (int64_t t = j; t < n; ++t) {
+    const float xv = load<KX>(x, o + t);
+    const float h = c.center ? ((xv - p) - m) * rs : xv * rs;
+    const float cv = load<KY>(ct, o + t);
+    if (db) db[t] += cv;
+    float g = cv;
+    if (w) {
+      dw[t] += cv * h;
+      g = cv * w[t];
+    }
+    sg_t += g;
+    shg_t += h * g;
+  }
+  const float mg = c.center ? (hsum(sg) + sg_t) / fn : 0.0f;
+  const float mhg = (hsum(shg) + shg_t) / fn;
+  j = 0;
+  for (; j + V <= n; j += V) {
+    const vf xv = vload<KX>(x, o + j);
+    const vf h = c.center ? ((xv - p) - m) * rs : xv * rs;
+    vf g = vload<KY>(ct, o + j);
+    if (w) g = g * vload<kF32>(w, j);
+    vstore<KX>(dx, o + j, rs * ((g - mg) - h * mhg));
+  }
+  for (; j < n; ++j) {
+    const float xv = load<KX>(x, o + j);
+    const float h = c.center ? ((xv - p) - m) * rs : xv * rs;
+    float g = load<KY>(ct, o + j);
+    if (w) g = g * w[j];
+    store<KX>(dx, o + j, rs * ((g - mg) - h * mhg));
+  }
+}
+
 template <int KX, int KY>
 void bwd_rows(const Config& c, const void* ct, const void* x, const Params& P, const float* mean,
               const float* rstd, void* dx, Grads* gr, int64_t r0, int64_t r1) {
@@ -275,11 +522,35 @@ void bwd_rows(const Config& c, const void* ct, const void* x, const Params& P, c
   float *g = gbuf.data(), *h = hbuf.data(), *t = tbuf.data(), *f = fbuf.data();
   int64_t f_group = -1;
   auto grad_row = [&](int k, int64_t r) { return gr->d[k].data() + (r / c.per[k]) * n; };
+  std::vector<float> part[2] = {std::vector<float>(c.has[kW] ? n : 0, 0.0f), std::vector<float>(c.has[kB] ? n : 0, 0.0f)};
+  int64_t part_group[2] = {-1, -1};
+  auto flush = [&](int k) {
+    if (part_group[k] < 0) return;
+    double* acc = gr->d[k].data() + part_group[k] * n;
+    float* pk = part[k].data();
+    for (int64_t j = 0; j < n; ++j) {
+      acc[j] += double(pk[j]);
+      pk[j] = 0.0f;
+    }
+  };
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * n;
     const float rs = rstd[r];
     const float m = c.center ? mean[r] : 0.0f;
     const float p = c.center ? load<KX>(x, o) : 0.0f;
+    if (c.simple()) {
+      // float32 partial sums over the rows of one parameter group within this chunk, added
+      // to the float64 totals when the group changes and at the end
+      for (int k : {kW, kB}) {
+        if (c.has[k] && r / c.per[k] != part_group[k]) {
+          flush(k);
+          part_group[k] = r / c.per[k];
+        }
+      }
+      simple_bwd<KX, KY>(c, ct, x, o, p, m, rs, c.has[kW] ? P.row(c, kW, r) : nullptr,
+                         c.has[kW] ? part[kW].data() : nullptr, c.has[kB] ? part[kB].data() : nullptr, dx);
+      continue;
+    }
     normalized<KX>(x, o, n, c.center, p, m, rs, h);
     for (int64_t j = 0; j < n; ++j) g[j] = load<KY>(ct, o + j);
     if (c.modulated()) {
@@ -313,15 +584,18 @@ void bwd_rows(const Config& c, const void* ct, const void* x, const Params& P, c
     round_inplace(g, n, c.round_h);
     const float sg = c.center ? lane_sum(n, [&](int64_t j) { return g[j]; }) / fn : 0.0f;
     const float shg = lane_sum(n, [&](int64_t j) { return h[j] * g[j]; }) / fn;
-    for (int64_t j = 0; j < n; ++j) store<KX>(dx, o + j, rs * ((g[j] - sg) - h[j] * shg));
+    for (int64_t j = 0; j < n; ++j) g[j] = rs * ((g[j] - sg) - h[j] * shg);
+    store_row<KX>(dx, o, g, n);
   }
+  flush(kW);
+  flush(kB);
 }
 
 // Runs body(r0, r1, slot) over row chunks on XLA's intra-op thread pool (the caller works
 // too, so it finishes even when no pool thread is free). `slot` is a worker index < workers.
 template <typename Body>
 void parallel_rows(ffi::ThreadPool& pool, int64_t rows, int64_t n, int64_t workers, Body body) {
-  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(n, 1));
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 17) / std::max<int64_t>(n, 1));
   const int64_t nchunks = (rows + chunk - 1) / chunk;
   workers = std::max<int64_t>(1, std::min(workers, nchunks));
   if (workers == 1) {
@@ -359,7 +633,10 @@ int kind_of(ffi::DataType t) {
   }
 }
 
-int64_t workers_of(ffi::ThreadPool& pool) { return std::max<int64_t>(1, pool.num_threads()); }
+int64_t workers_of(ffi::ThreadPool& pool, const Config& c) {
+  const int64_t pool_size = std::max<int64_t>(1, pool.num_threads());
+  return c.threads > 0 ? std::min<int64_t>(pool_size, c.threads) : pool_size;
+}
 
 template <template <int, int> class Fn, typename... A>
 ffi::Error dispatch2(int kx, int ky, A&&... args) {
@@ -376,7 +653,7 @@ template <int KX, int KY>
 struct Fwd {
   static ffi::Error run(ffi::ThreadPool& pool, const Config& c, const void* x, const Params& P,
                         void* y, float* mean, float* rstd) {
-    parallel_rows(pool, c.rows, c.n, workers_of(pool), [=, &c, &P](int64_t r0, int64_t r1, int64_t) {
+    parallel_rows(pool, c.rows, c.n, workers_of(pool, c), [=, &c, &P](int64_t r0, int64_t r1, int64_t) {
       fwd_rows<KX, KY>(c, x, P, y, mean, rstd, r0, r1);
     });
     return ffi::Error::Success();
@@ -388,7 +665,7 @@ struct Bwd {
   static ffi::Error run(ffi::ThreadPool& pool, const Config& c, const void* ct, const void* x,
                         const Params& P, const float* mean, const float* rstd, void* dx,
                         float* const* dp) {
-    const int64_t workers = workers_of(pool);
+    const int64_t workers = workers_of(pool, c);
     std::vector<Grads> partial(size_t(std::max<int64_t>(1, workers)));
     for (auto& part : partial) {
       for (int k = 0; k < kParams; ++k) {
@@ -416,6 +693,7 @@ struct NormAttrs {
   float eps, offset;
   int32_t center, gemma, round_h, round_y, round_b, round_f, round_s, round_m;
   int32_t has_scale, has_bias, has_shift, has_mscale;
+  int32_t threads;  // at most this many workers (0: the whole intra-op pool)
 };
 
 ffi::Error make_config(const ffi::AnyBuffer& x, const ffi::AnyBuffer* params, const NormAttrs& a, Config* c) {
@@ -434,6 +712,7 @@ ffi::Error make_config(const ffi::AnyBuffer& x, const ffi::AnyBuffer* params, co
   c->round_f = a.round_f;
   c->round_s = a.round_s;
   c->round_m = a.round_m;
+  c->threads = a.threads;
   const int32_t has[kParams] = {a.has_scale, a.has_bias, a.has_shift, a.has_mscale};
   for (int k = 0; k < kParams; ++k) {
     c->has[k] = has[k] != 0;
@@ -505,7 +784,8 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(NormAttrs, ::xla::ffi::StructMember<float>
                                       ::xla::ffi::StructMember<int32_t>("has_scale"),
                                       ::xla::ffi::StructMember<int32_t>("has_bias"),
                                       ::xla::ffi::StructMember<int32_t>("has_shift"),
-                                      ::xla::ffi::StructMember<int32_t>("has_mscale"));
+                                      ::xla::ffi::StructMember<int32_t>("has_mscale"),
+                                      ::xla::ffi::StructMember<int32_t>("threads"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JlnNormFwd, NormFwd,
                               ffi::Ffi::Bind()
