@@ -180,14 +180,27 @@ inline void vstore(void* p, int64_t i, vf v) {
   }
 }
 
+// round each lane to bfloat16 (k = 1) or float16 (k = 2) precision, kept in float32
+inline vf vround(vf v, int k) {
+  if (k == kBF16) return reinterpret_cast<vf>(__builtin_convertvector(vbf16(v), vu) << 16);
+  if (k == kF16) return __builtin_convertvector(__builtin_convertvector(v, vhf), vf);
+  return v;
+}
+
+typedef float vf8 __attribute__((vector_size(32)));
+typedef float vf4 __attribute__((vector_size(16)));
+
+// pairwise over the 16 lanes in a fixed order (lane l with l + 8, then l + 4, ...): deterministic
 inline float hsum(vf v) {
-  // pairwise over the 16 lanes (fixed order: deterministic)
-  float t[V];
-  std::memcpy(t, &v, sizeof(t));
-  for (int w = V / 2; w > 0; w /= 2) {
-    for (int l = 0; l < w; ++l) t[l] += t[l + w];
-  }
-  return t[0];
+  vf8 a, b;
+  std::memcpy(&a, &v, sizeof(a));
+  std::memcpy(&b, reinterpret_cast<const char*>(&v) + sizeof(a), sizeof(b));
+  const vf8 s8 = a + b;
+  vf4 c, d;
+  std::memcpy(&c, &s8, sizeof(c));
+  std::memcpy(&d, reinterpret_cast<const char*>(&s8) + sizeof(c), sizeof(d));
+  const vf4 s4 = c + d;
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
 // sum over j < n of f(j) (f returns a vf for lanes j..j+15) plus tail(j) for the last n % 16;
@@ -210,7 +223,6 @@ inline float vsum(int64_t n, F f, T tail) {
 
 // acc[0..15] += u, and += u * v (float64 accumulation of per-feature gradients; the product of
 // two floats is exact in float64)
-typedef float vf8 __attribute__((vector_size(32)));
 inline void halves(vf u, vd* lo, vd* hi) {
   vf8 a, b;
   std::memcpy(&a, &u, sizeof(a));
@@ -409,11 +421,55 @@ inline void affine(const Config& c, const Params& P, int64_t r, float* h) {
   round_inplace(h, c.n, c.round_b);
 }
 
+// Every other forward (rounding steps, gemma, modulation): still one sweep per row, each
+// step applied to 16 lanes in registers (the step flags are the same for every vector).
+template <int KX, int KY>
+inline void general_out(const Config& c, const void* x, int64_t o, float p, float m, float rs,
+                        const float* w, const float* b, const float* f, const float* sh, void* y, float* tmp) {
+  const int64_t n = c.n;
+  int64_t j = 0;
+  for (; j + V <= n; j += V) {
+    vf v = vload<KX>(x, o + j);
+    v = c.center ? ((v - p) - m) * rs : v * rs;
+    v = vround(v, c.round_h);
+    if (w) v = c.gemma ? v * (1.0f + vload<kF32>(w, j)) : v * vload<kF32>(w, j);
+    v = vround(v, c.round_y);
+    if (b) v = v + vload<kF32>(b, j);
+    v = vround(v, c.round_b);
+    if (f) v = vround(v * vload<kF32>(f, j), c.round_f);
+    if (sh) v = vround(v + vload<kF32>(sh, j), c.round_s);
+    vstore<KY>(y, o + j, v);
+  }
+  if (j == n) return;
+  // the last n % 16 elements through the scalar steps
+  const int64_t t = n - j;
+  for (int64_t i = 0; i < t; ++i) {
+    const float v = load<KX>(x, o + j + i);
+    tmp[i] = c.center ? ((v - p) - m) * rs : v * rs;
+  }
+  round_inplace(tmp, t, c.round_h);
+  if (w) weigh(tmp, w + j, t, c.gemma);
+  round_inplace(tmp, t, c.round_y);
+  if (b) {
+    for (int64_t i = 0; i < t; ++i) tmp[i] = tmp[i] + b[j + i];
+  }
+  round_inplace(tmp, t, c.round_b);
+  if (f) {
+    for (int64_t i = 0; i < t; ++i) tmp[i] = tmp[i] * f[j + i];
+    round_inplace(tmp, t, c.round_f);
+  }
+  if (sh) {
+    for (int64_t i = 0; i < t; ++i) tmp[i] = tmp[i] + sh[j + i];
+    round_inplace(tmp, t, c.round_s);
+  }
+  for (int64_t i = 0; i < t; ++i) store<KY>(y, o + j + i, tmp[i]);
+}
+
 template <int KX, int KY>
 void fwd_rows(const Config& c, const void* x, const Params& P, void* y, float* mean,
               float* rstd_out, int64_t r0, int64_t r1) {
   const int64_t n = c.n;
-  std::vector<float> buf(static_cast<size_t>(n), 0.0f), fbuf(buf), one(static_cast<size_t>(n), 1.0f);
+  std::vector<float> buf(static_cast<size_t>(n), 0.0f), fbuf(buf);
   float* h = buf.data();
   float* f = fbuf.data();
   int64_t f_group = -1;
@@ -428,24 +484,17 @@ void fwd_rows(const Config& c, const void* x, const Params& P, void* y, float* m
                          c.has[kB] ? P.row(c, kB, r) : nullptr, y);
       continue;
     }
-    normalized<KX>(x, o, n, c.center, p, m, rs, h);
-    affine(c, P, r, h);
-    if (c.has[kMscale]) {
-      if (r / c.per[kMscale] != f_group) {
-        f_group = r / c.per[kMscale];
-        factor_row(c, P.row(c, kMscale, r), f);
-      }
-      for (int64_t j = 0; j < n; ++j) h[j] = h[j] * f[j];
-      round_inplace(h, n, c.round_f);
+    const float* wr = c.has[kW] ? P.row(c, kW, r) : nullptr;
+    const float* br = c.has[kB] ? P.row(c, kB, r) : nullptr;
+    const float* sr = c.has[kShift] ? P.row(c, kShift, r) : nullptr;
+    if (c.has[kMscale] && r / c.per[kMscale] != f_group) {
+      f_group = r / c.per[kMscale];
+      factor_row(c, P.row(c, kMscale, r), f);
     }
-    if (c.has[kShift]) {
-      const float* sr = P.row(c, kShift, r);
-      for (int64_t j = 0; j < n; ++j) h[j] = h[j] + sr[j];
-      round_inplace(h, n, c.round_s);
-    }
-    store_row<KY>(y, o, h, n);
+    general_out<KX, KY>(c, x, o, p, m, rs, wr, br, c.has[kMscale] ? f : nullptr, sr, y, h);
   }
 }
+
 
 struct Grads {
   std::vector<double> d[kParams];
