@@ -30,12 +30,13 @@ def cotangent(shape: tuple[int, ...], dtype: Any, seed: int = 1) -> np.ndarray:
     return g.astype(np.float64) if dt == np.float64 else g.astype(np.float32).astype(dt)
 
 
-def jln_vjp(op: _registry.Op, inputs: dict[str, np.ndarray], k: int, grads_of: tuple[str, ...], cts: list[np.ndarray]) -> dict[str, Any]:
+def jln_vjp(op: _registry.Op, inputs: dict[str, np.ndarray], k: int, grads_of: tuple[str, ...], cts: list[np.ndarray],
+            **overrides: Any) -> dict[str, Any]:
     """Gradients of ``sum(out_i * ct_i)`` w.r.t. the named inputs, through jln."""
     fixed = {n: jnp.asarray(v) for n, v in inputs.items() if n not in grads_of}
 
     def f(*arrays: Any) -> tuple[Any, ...]:
-        return op.call_jln({**fixed, **dict(zip(grads_of, arrays, strict=True))}, k)
+        return op.call_jln({**fixed, **dict(zip(grads_of, arrays, strict=True))}, k, **overrides)
 
     outs, vjp = jax.vjp(f, *[jnp.asarray(inputs[n]) for n in grads_of])
     grads = vjp(tuple(jnp.asarray(c).astype(o.dtype) for c, o in zip(cts, outs, strict=True)))

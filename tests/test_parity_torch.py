@@ -26,21 +26,30 @@ def _cases():
             pdts = [dtype]
             if dtype in ("bfloat16", "float16") and op.params:
                 pdts.append("float32")  # half activations with float32 checkpoints
+            # impl="auto" is what users get (on CPU: the native kernels where they apply);
+            # impl="xla" keeps the XLA path itself under the torch rule too
+            impls = ["auto"] + (["xla"] if op.family != "modulate" and dtype != "float64" else [])
             for pdt in pdts:
                 for shape, k in SHAPES:
                     if k > 1 and not op.multi_axis:
                         continue
-                    yield pytest.param(op, dtype, pdt, shape, k, id=f"{op.name}-{dtype}-p{pdt}-{'x'.join(map(str, shape))}-k{k}")
+                    for impl in impls:
+                        yield pytest.param(op, dtype, pdt, shape, k, impl,
+                                           id=f"{op.name}-{dtype}-p{pdt}-{'x'.join(map(str, shape))}-k{k}-{impl}")
 
 
 CASES = list(_cases())
 
 
-@pytest.mark.parametrize("op,dtype,pdt,shape,k", CASES)
-def test_forward(op, dtype, pdt, shape, k):
+def _impl(op, impl):
+    return {} if op.family == "modulate" else {"impl": impl}
+
+
+@pytest.mark.parametrize("op,dtype,pdt,shape,k,impl", CASES)
+def test_forward(op, dtype, pdt, shape, k, impl):
     with x64_if(dtype):
         inputs = op.make_inputs(shape, k, dtype, pdt)
-        outs = op.call_jln(inputs, k)
+        outs = op.call_jln(inputs, k, **_impl(op, impl))
         touts = op.call_torch(_registry.to_torch(inputs), k)
         refs = op.call_torch(_registry.to_float64_torch(inputs), k)
         assert len(outs) == len(touts)
@@ -58,14 +67,14 @@ def _grad_names(op):
     return tuple(names)
 
 
-@pytest.mark.parametrize("op,dtype,pdt,shape,k", [c for c in CASES if c.values[3] != (2, 3000) or c.values[1] == "float32"])
-def test_backward(op, dtype, pdt, shape, k):
+@pytest.mark.parametrize("op,dtype,pdt,shape,k,impl", [c for c in CASES if c.values[3] != (2, 3000) or c.values[1] == "float32"])
+def test_backward(op, dtype, pdt, shape, k, impl):
     with x64_if(dtype):
         inputs = op.make_inputs(shape, k, dtype, pdt)
         names = _grad_names(op)
-        outs = op.call_jln(inputs, k)
+        outs = op.call_jln(inputs, k, **_impl(op, impl))
         cts = [cotangent(o.shape, o.dtype, seed=i + 1) for i, o in enumerate(outs)]
-        g = jln_vjp(op, inputs, k, names, cts)
+        g = jln_vjp(op, inputs, k, names, cts, **_impl(op, impl))
         tg = torch_vjp(op, _registry.to_torch(inputs), k, names, cts)
         rg = torch_vjp(op, _registry.to_float64_torch(inputs), k, names, cts)
         for n in names:
@@ -99,13 +108,14 @@ def test_planted_error_is_caught():
         check(bumped, t, r, exact=True)
 
 
+@pytest.mark.parametrize("impl", ["auto", "xla"])
 @pytest.mark.parametrize("op", [op for op in _registry.OPS if op.exact], ids=lambda op: op.name)
-def test_bitexact_under_jit(op):
+def test_bitexact_under_jit(op, impl):
     """Inside jit XLA may skip rounding a fused bf16 input (excess precision); jln restores it."""
     import jax
 
     inputs = op.make_inputs((4, 16, 64), 1, "bfloat16")
-    outs = jax.jit(lambda a: op.call_jln(a))(inputs)
+    outs = jax.jit(lambda a: op.call_jln(a, **_impl(op, impl)))(inputs)
     for o, t in zip(outs, op.call_torch(_registry.to_torch(inputs)), strict=True):
         rep = _compare.compare(o, t, None, exact=True)
         assert rep.passed, rep

@@ -118,6 +118,8 @@ def _op_cases(ops: Sequence[_registry.Op], dtypes: Sequence[str], shapes: Sequen
                 if dtype in ("bfloat16", "float16") and op.params:
                     cases.append(_op_case(op, dtype, shape, k, "param float32", param_dtype="float32"))
                 if op.family != "modulate":
+                    # the default impl="auto" takes the native kernels on CPU: check XLA too
+                    cases.append(_op_case(op, dtype, shape, k, "impl=xla", impl="xla"))
                     cases.append(_op_case(op, dtype, shape, k, "impl=pallas", impl="pallas"))
     return cases
 
@@ -371,7 +373,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dtypes", help="comma-separated dtypes among float32,float64,bfloat16,float16 "
                    "(aliases f32,f64,bf16,f16; globs ok)")
     p.add_argument("--full", action="store_true", help="the whole sweep: more shapes, float32 "
-                   "parameters with half inputs, impl='pallas' where jln.kernels supports it")
+                   "parameters with half inputs, impl='xla' beside the default 'auto', impl='pallas' where "
+                   "jln.kernels supports it")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     p.add_argument("--list", action="store_true", help="list the ops and module cases, then exit")
     p.add_argument("-q", "--failures-only", action="store_true", help="print only failing rows")

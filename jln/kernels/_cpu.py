@@ -42,6 +42,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -123,9 +124,18 @@ def _build() -> Path:
     return out
 
 
-@functools.cache
+_LOCK = threading.Lock()
+
+
 def _load() -> str | None:
-    """Build, load and register the kernels; ``None`` when ready, else the reason why not."""
+    """Build, load and register the kernels once per process (thread-safe); ``None`` when
+    ready, else the reason why not."""
+    with _LOCK:
+        return _load_locked()
+
+
+@functools.cache
+def _load_locked() -> str | None:
     if os.environ.get("JLN_NATIVE") == "0":
         return "disabled by the environment variable JLN_NATIVE=0"
     try:

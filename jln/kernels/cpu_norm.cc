@@ -182,7 +182,20 @@ inline void vstore(void* p, int64_t i, vf v) {
 
 // round each lane to bfloat16 (k = 1) or float16 (k = 2) precision, kept in float32
 inline vf vround(vf v, int k) {
-  if (k == kBF16) return reinterpret_cast<vf>(__builtin_convertvector(vbf16(v), vu) << 16);
+  if (k == kBF16) {
+#ifdef JLN_AVX512_BF16
+    const __m512 m = reinterpret_cast<__m512>(v);
+    if (__builtin_expect(_mm512_fpclass_ps_mask(m, 0x20) == 0, 1)) {  // no subnormals: see vstore
+      const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(m));
+      return reinterpret_cast<vf>(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+#endif
+    // in the 32-bit lanes (no narrowing): to_bf16's rounding, low half cleared
+    const vu u = reinterpret_cast<vu>(v);
+    const vu rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    const vu nan = reinterpret_cast<vu>((u & 0x7FFFFFFFu) > 0x7F800000u);
+    return reinterpret_cast<vf>((rounded & ~nan) | ((u | 0x00400000u) & 0xFFFF0000u & nan));
+  }
   if (k == kF16) return __builtin_convertvector(__builtin_convertvector(v, vhf), vf);
   return v;
 }
