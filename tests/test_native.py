@@ -117,6 +117,12 @@ def test_auto_takes_native_kernels_and_xla_does_not() -> None:
         f = jax.grad(lambda x, w, b: jnp.sum(jln.layer_norm(x, w, b, impl=impl).astype(jnp.float32)), argnums=(0, 1, 2))
         return jax.jit(f).lower(x, w, b).as_text()
 
+    from jln import _dispatch
+
+    static = dict(axes=(2,), eps=1e-5, out_dtype=x.dtype, mod_offset=1.0, mod_dtype=None)
+    path = _dispatch.choose("auto", "t", "layer_norm", x, None, (w, b, None, None), **static)
+    why = _cpu.unsupported_reason("layer_norm", x, (w, b, None, None), None, static)
+    assert path == "native", (path, why, jax.device_count(), jax.default_backend())
     auto = hlo("auto")
     assert "jln_cpu_norm_fwd" in auto and "jln_cpu_norm_bwd" in auto
     assert "jln_cpu_norm" not in hlo("xla")
