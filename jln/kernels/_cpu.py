@@ -219,8 +219,8 @@ def rms_flags(convention: str, io_dtype: Any, scale_dtype: Any, has_bias: bool) 
 
 def _xla(spec: Spec, x: Array, *params: Array) -> Array:
     """The XLA body this kernel implements, on the kernel's layout (``x [rows, n]``, each
-    parameter ``[groups, n]`` in float32): the reference for forward mode and higher
-    derivatives. Parameter rows are repeated over their groups' rows."""
+    parameter ``[groups, n]``): the reference for forward mode and higher derivatives.
+    Parameter rows are repeated over their groups' rows."""
     rows = x.shape[-2]
     full = [
         jnp.repeat(p.astype(dt), rows // p.shape[-2], axis=-2) if on else None
@@ -251,7 +251,8 @@ def _bwd_call(spec: Spec, ct: Array, x: Array, params: tuple[Array, ...], m: Arr
         vmap_method="broadcast_all",
     )
     dx, *dp = call(ct, x, *params, m, r, **spec.attrs())
-    return (dx, *(d if on else jnp.zeros_like(p) for d, p, on in zip(dp, params, spec.has, strict=True)))
+    # float32 sums, rounded once to each parameter's dtype (as the XLA path's gradients)
+    return (dx, *(d.astype(p.dtype) if on else jnp.zeros_like(p) for d, p, on in zip(dp, params, spec.has, strict=True)))
 
 
 # ----------------------------------------------------------------------------- differentiation
@@ -264,11 +265,36 @@ def _forward(spec: Spec, x: Array, *params: Array) -> tuple[Array, Array, Array]
     return _fwd_call(spec, x, *params)
 
 
-@_forward.defjvp
-def _forward_jvp(spec: Spec, primals: tuple[Array, ...], tangents: tuple[Array, ...]) -> Any:
+_DUMMY_SHAPE = (1, 1)
+
+
+def _dummy(dtype: Any) -> Array:
+    return jnp.zeros(_DUMMY_SHAPE, dtype)
+
+
+def _value_needed(spec: Spec) -> tuple[bool, ...]:
+    """Which parameter values the tangent's transpose (the backward kernel) reads: the scale,
+    the modulation scale, and the bias only under modulation (the backward recomputes the
+    modulated value); never the shift. The others go in as placeholders, so reverse mode does
+    not keep them (the XLA path does not keep them either)."""
+    has = spec.has
+    return (has[0], has[1] and has[3], False, has[3])
+
+
+def _forward_jvp(spec: Spec, primals: tuple[Array, ...], tangents: tuple[Any, ...]) -> Any:
+    from jax.custom_derivatives import SymbolicZero
+
     y, m, r = _forward(spec, *primals)
-    dy = _lin_p.bind(*tangents, *primals, m, r, spec=spec)
+    # zero tangents (inputs not differentiated) stay out of the residuals: placeholders
+    present = tuple(not isinstance(t, SymbolicZero) for t in tangents)
+    tans = [t if on else _dummy(p.dtype) for t, p, on in zip(tangents, primals, present, strict=True)]
+    x, *params = primals
+    kept = [p if need else _dummy(p.dtype) for p, need in zip(params, _value_needed(spec), strict=True)]
+    dy = _lin_p.bind(*tans, x, *kept, m, r, spec=spec, present=present)
     return (y, m, r), (dy, jnp.zeros_like(m), jnp.zeros_like(r))
+
+
+_forward.defjvp(_forward_jvp, symbolic_zeros=True)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -291,11 +317,25 @@ def _backward_jvp(spec: Spec, primals: tuple[Array, ...], tangents: tuple[Array,
 _NP = 4  # parameters: scale, bias, shift, mscale
 
 
-def _lin_impl(*args: Array, spec: Spec) -> Array:
+def _full(args: tuple[Array, ...], present: tuple[bool, ...]) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
+    """Tangents and primal values of x and the parameters with placeholders filled in: an
+    absent tangent is zero; a placeholder value (one the tangent does not depend on) is zero
+    of its tangent's shape."""
+    k = _NP + 1
+    tans, vals = list(args[:k]), list(args[k : 2 * k])
+    for i in range(k):
+        if vals[i].shape != tans[i].shape and present[i]:
+            vals[i] = jnp.zeros_like(tans[i])
+        if not present[i]:
+            tans[i] = jnp.zeros_like(vals[i])
+    return tuple(tans), tuple(vals)
+
+
+def _lin_impl(*args: Array, spec: Spec, present: tuple[bool, ...]) -> Array:
     """The tangent of the forward (``args``: tangents of x and the parameters, x and the
     parameters, m, rstd), evaluated with the XLA body's JVP (forward mode)."""
-    k = _NP + 1
-    return jax.jvp(functools.partial(_xla, spec), tuple(args[k : 2 * k]), tuple(args[:k]))[1]
+    tans, vals = _full(args, present)
+    return jax.jvp(functools.partial(_xla, spec), vals, tans)[1]
 
 
 _lin_p: Any = None
@@ -313,26 +353,38 @@ def _register_primitive() -> None:
     k = _NP + 1
     p = Primitive("jln_cpu_norm_lin")
     p.def_impl(_lin_impl)
-    p.def_abstract_eval(lambda dx, *rest, spec: dx.update(dtype=jnp.dtype(spec.y_dtype), weak_type=False))
+    p.def_abstract_eval(lambda *args, spec, present: args[k].update(dtype=jnp.dtype(spec.y_dtype), weak_type=False))
     mlir.register_lowering(p, mlir.lower_fun(_lin_impl, multiple_results=False), platform="cpu")
 
-    def transpose(ct: Any, *args: Any, spec: Spec) -> list[Any]:
+    def transpose(ct: Any, *args: Any, spec: Spec, present: tuple[bool, ...]) -> list[Any]:
         if type(ct) is ad.Zero:
             return [None] * len(args)
-        grads = _backward(spec, ct, *args[k:])
+        x, params, stats = args[k], list(args[k + 1 : 2 * k]), args[2 * k :]
+        has = list(spec.has)
+        for i, need in enumerate(_value_needed(spec)):
+            if spec.has[i] and not need:  # a placeholder: zeros of the gradient's shape, if wanted
+                t = args[1 + i]
+                wanted = present[1 + i] and ad.is_undefined_primal(t)
+                has[i] = wanted
+                params[i] = jnp.zeros(t.aval.shape, t.aval.dtype) if wanted else params[i]
+        grads = _backward(spec._replace(has=tuple(has)), ct, x, *params, *stats)
         return [g if ad.is_undefined_primal(t) else None for g, t in zip(grads, args[:k], strict=True)] + [None] * (len(args) - k)
 
-    def jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...], *, spec: Spec) -> tuple[Array, Array]:
-        out = p.bind(*primals, spec=spec)
+    def jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...], *, spec: Spec, present: tuple[bool, ...]) -> tuple[Array, Array]:
+        out = p.bind(*primals, spec=spec, present=present)
         t = [ad.instantiate_zeros(t) for t in tangents]
-        lin = p.bind(*t[:k], *primals[k:], spec=spec)  # d/d(tangent operands): the map itself
+        lin = p.bind(*t[:k], *primals[k:], spec=spec, present=present)  # the map itself
+
+        # d/d(x, parameters) of the map, through the XLA body (placeholders filled with zeros)
+        tans, vals = _full(tuple(primals), present)
+        dvals = [dv if dv.shape == v.shape else jnp.zeros_like(v) for dv, v in zip(t[k : 2 * k], vals, strict=True)]
 
         def at(*xp: Array) -> Array:
-            return _lin_impl(*primals[:k], *xp, *primals[2 * k :], spec=spec)
+            return jax.jvp(functools.partial(_xla, spec), xp, tans)[1]
 
-        return out, lin + jax.jvp(at, tuple(primals[k : 2 * k]), tuple(t[k : 2 * k]))[1]
+        return out, lin + jax.jvp(at, vals, tuple(dvals))[1]
 
-    def batch(args: tuple[Any, ...], dims: tuple[Any, ...], *, spec: Spec) -> tuple[Array, int]:
+    def batch(args: tuple[Any, ...], dims: tuple[Any, ...], *, spec: Spec, present: tuple[bool, ...]) -> tuple[Array, int]:
         size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
 
         def front(a: Array, d: Any) -> Array:
@@ -340,8 +392,8 @@ def _register_primitive() -> None:
 
         fa = [front(a, d) for a, d in zip(args, dims, strict=True)]
         flat = [a.reshape((-1,) + a.shape[2:]) for a in fa]  # the mapped axis becomes more rows/groups
-        out = p.bind(*flat, spec=spec)
-        return out.reshape(fa[0].shape), 0
+        out = p.bind(*flat, spec=spec, present=present)
+        return out.reshape(fa[k].shape), 0
 
     ad.primitive_transposes[p] = transpose
     ad.primitive_jvps[p] = jvp
@@ -353,7 +405,7 @@ def _register_primitive() -> None:
 
 
 def _grouped(p: Array, x_shape: tuple[int, ...], k: int, n: int) -> Array:
-    """A parameter broadcastable against ``x`` as float32 ``[groups, n]``: rows of ``x`` in
+    """A parameter broadcastable against ``x`` as ``[groups, n]`` (its own dtype): rows of ``x`` in
     equal consecutive blocks (1 group for a per-feature vector, one per example for a
     ``[B, 1, D]`` condition; a layout that is not a prefix of the row axes is broadcast)."""
     p = jnp.asarray(p)
@@ -361,7 +413,7 @@ def _grouped(p: Array, x_shape: tuple[int, ...], k: int, n: int) -> Array:
     lead = p.shape[:k]
     i = max((j + 1 for j, d in enumerate(lead) if d != 1), default=0)
     p = jnp.broadcast_to(p, x_shape[:i] + (1,) * (k - i) + x_shape[k:])
-    return p.astype(jnp.float32).reshape(math.prod(x_shape[:i]), n)
+    return p.reshape(math.prod(x_shape[:i]), n)
 
 
 def _run(spec: Spec, x: Array, params: tuple[Array | None, ...], axes: tuple[int, ...]) -> Array:

@@ -15,7 +15,8 @@
 //        round_m) is adaptive LayerNorm's modulation factor (torch's `1 + scale`).
 //   round(v, k) rounds a float32 to bfloat16 (k = 1) or float16 (k = 2) precision and keeps
 //   it in float32, as one rounding step of an eager framework; k = 0 leaves v alone.
-//   Each parameter (scale w, bias b, shift, mscale) arrives as float32 [groups, n], groups
+//   Each parameter (scale w, bias b, shift, mscale) arrives as [groups, n] in its own dtype
+//   (float32, bfloat16 or float16; widened to float32 exactly), groups
 //   counted per parameter: rows are split into `groups` equal, consecutive blocks and block g
 //   uses parameter row g (groups = 1: one vector for all rows; groups = batch: per example).
 //
@@ -615,7 +616,7 @@ void bwd_rows(const Config& c, const void* ct, const void* x, const Params& P, c
     }
     normalized<KX>(x, o, n, c.center, p, m, rs, h);
     for (int64_t j = 0; j < n; ++j) g[j] = load<KY>(ct, o + j);
-    if (c.modulated()) {
+    {  // the rounding steps apply whether or not their operand's gradient is wanted
       round_inplace(g, n, c.round_s);
       if (c.has[kShift]) accumulate(grad_row(kShift, r), g, n);
       round_inplace(g, n, c.round_f);
@@ -789,10 +790,25 @@ ffi::Error make_config(const ffi::AnyBuffer& x, const ffi::AnyBuffer* params, co
   return ffi::Error::Success();
 }
 
-Params params_of(const ffi::AnyBuffer* params) {
-  Params P;
-  for (int k = 0; k < kParams; ++k) P.p[k] = static_cast<const float*>(params[k].untyped_data());
-  return P;
+// Parameters arrive in their own dtypes (float32, bfloat16 or float16; they are O(groups * n),
+// small next to x): non-float32 ones are widened once per call into `storage`.
+bool params_of(const Config& c, const ffi::AnyBuffer* params, std::vector<float>* storage, Params* P) {
+  for (int k = 0; k < kParams; ++k) {
+    const int kind = kind_of(params[k].element_type());
+    if (kind < 0) return false;
+    const void* data = params[k].untyped_data();
+    if (kind == kF32 || !c.has[k]) {
+      P->p[k] = static_cast<const float*>(data);
+      continue;
+    }
+    const int64_t size = int64_t(params[k].element_count());
+    storage[k].resize(size_t(size));
+    for (int64_t i = 0; i < size; ++i) {
+      storage[k][size_t(i)] = kind == kBF16 ? load<kBF16>(data, i) : load<kF16>(data, i);
+    }
+    P->p[k] = storage[k].data();
+  }
+  return true;
 }
 
 ffi::Error NormFwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer b,
@@ -803,7 +819,11 @@ ffi::Error NormFwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi
   Config c;
   ffi::Error err = make_config(x, params, a, &c);
   if (err.failure()) return err;
-  const Params P = params_of(params);
+  std::vector<float> storage[kParams];
+  Params P;
+  if (!params_of(c, params, storage, &P)) {
+    return ffi::Error::InvalidArgument("jln native kernels: parameters must be float32, bfloat16 or float16");
+  }
   return dispatch2<Fwd>(kind_of(x.element_type()), kind_of(y->element_type()), pool, c,
                         x.untyped_data(), P, y->untyped_data(),
                         static_cast<float*>(mean->untyped_data()),
@@ -820,7 +840,11 @@ ffi::Error NormBwd(ffi::ThreadPool pool, ffi::AnyBuffer ct, ffi::AnyBuffer x, ff
   Config c;
   ffi::Error err = make_config(x, params, a, &c);
   if (err.failure()) return err;
-  const Params P = params_of(params);
+  std::vector<float> storage[kParams];
+  Params P;
+  if (!params_of(c, params, storage, &P)) {
+    return ffi::Error::InvalidArgument("jln native kernels: parameters must be float32, bfloat16 or float16");
+  }
   float* const dp[kParams] = {static_cast<float*>(dw->untyped_data()), static_cast<float*>(db->untyped_data()),
                               static_cast<float*>(dshift->untyped_data()),
                               static_cast<float*>(dmscale->untyped_data())};
