@@ -367,7 +367,7 @@ def _register_primitive() -> None:
                 wanted = present[1 + i] and ad.is_undefined_primal(t)
                 has[i] = wanted
                 params[i] = jnp.zeros(t.aval.shape, t.aval.dtype) if wanted else params[i]
-        grads = _backward(spec._replace(has=tuple(has)), ct, x, *params, *stats)
+        grads = _backward(spec._replace(has=(has[0], has[1], has[2], has[3])), ct, x, *params, *stats)
         return [g if ad.is_undefined_primal(t) else None for g, t in zip(grads, args[:k], strict=True)] + [None] * (len(args) - k)
 
     def jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...], *, spec: Spec, present: tuple[bool, ...]) -> tuple[Array, Array]:
