@@ -31,13 +31,14 @@ def choose(
     from jln.kernels import _cpu
 
     backend = jax.default_backend()
-    if impl == "native" or (impl == "auto" and backend == "cpu"):
+    if impl == "native":
         why = _cpu.unsupported_reason(op, x, operands, axis_name, static)
-        if impl == "native":
-            if why is not None:
-                raise ValueError(f"{fn}: impl='native' is not available here: {why}. Use impl='xla' or 'auto'.")
-            return "native"
-        if why is None and jax.device_count() == 1:
+        if why is not None:
+            raise ValueError(f"{fn}: impl='native' is not available here: {why}. Use impl='xla' or 'auto'.")
+        return "native"
+    # several devices: XLA's partitioner shards the XLA path (and nothing is built in vain)
+    if impl == "auto" and backend == "cpu" and jax.device_count() == 1:
+        if _cpu.unsupported_reason(op, x, operands, axis_name, static) is None:
             return "native"
     reason = kernels.unsupported_reason(op, x, axis_name, backend=backend, **static)
     if impl == "pallas":

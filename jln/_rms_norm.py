@@ -122,6 +122,26 @@ def seed_denominator(sum_sq: Array, n: int, eps: float, io_dtype: Any) -> Array:
     return jnp.maximum(denom, eps)  # the clamp, in float32: eps=1e-8 underflows float16
 
 
+def rms_steps(convention: str, io_dtype: Any, scale_dtype: Any, has_bias: bool) -> tuple[bool, Any, Any]:
+    """Each convention's steps after ``h = f(x) * rstd``: ``(gemma, round_h, round_y)``.
+
+    ``y = round(h, round_h) * (1 + w if gemma else w)``, then rounded to ``round_y`` before the
+    bias; a ``None`` dtype is no rounding. The only place the conventions' dtype order lives:
+    the XLA body (:func:`rms_affine`) and the kernels apply these steps.
+    """
+    if convention in ("torch", "gemma"):
+        return convention == "gemma", None, None
+    if convention in ("llama", "seed"):
+        return False, jnp.dtype(io_dtype), None  # cast to the input dtype, *then* the weight
+    if scale_dtype is None:  # t5 / diffusers without a weight
+        return False, None, None
+    # t5 / diffusers: h is rounded to a half weight's dtype; diffusers rounds (h * w) to its own
+    # dtype before + bias
+    round_h = jnp.dtype(scale_dtype) if _stats.is_low_precision(scale_dtype) else None
+    round_y = output_dtype(convention, io_dtype, scale_dtype) if has_bias else None
+    return False, round_h, round_y
+
+
 def rms_affine(
     h: Array,
     scale: Array | None,
@@ -133,29 +153,22 @@ def rms_affine(
     out_dtype: Any,
 ) -> Array:
     """Each convention's rounding and weighting after ``h = f(x) * rstd`` (``f(x) / denom``
-    for seed). ``h`` is in the statistics dtype; ``scale``/``bias`` are cast to it (exactly),
-    and ``scale_dtype`` is the weight's own dtype, which t5/diffusers round to. Shared by
-    :func:`rms_body` and the Pallas kernels.
+    for seed), as :func:`rms_steps` states them. ``h`` is in the statistics dtype;
+    ``scale``/``bias`` are cast to it (exactly), and ``scale_dtype`` is the weight's own dtype.
+    Shared by :func:`rms_body` and the Pallas kernels.
     """
+    gemma, round_h, round_y = rms_steps(convention, io_dtype, scale_dtype, bias is not None)
     sd = h.dtype
-    w = None if scale is None else scale.astype(sd)
-    if convention == "torch":
-        return (h if w is None else h * w).astype(out_dtype)
-    if convention == "gemma":
-        return (h if w is None else h * (1.0 + w)).astype(out_dtype)
-    if convention in ("llama", "seed"):
-        h = _stats.round_to(h, io_dtype)  # cast to the input dtype, *then* the weight
-        return (h if w is None else h * w).astype(out_dtype)
-    # t5 / diffusers
-    if w is None:
-        return h.astype(out_dtype)
-    if _stats.is_low_precision(scale_dtype):
-        h = _stats.round_to(h, scale_dtype)
-    y = h * w
-    if bias is not None:  # diffusers: (h * w) is rounded to its own dtype before + bias
-        y = _stats.round_to(y, output_dtype(convention, io_dtype, scale_dtype))
-        y = y + bias.astype(sd)
-    return y.astype(out_dtype)
+    if round_h is not None:
+        h = _stats.round_to(h, round_h)
+    if scale is not None:
+        w = scale.astype(sd)
+        h = h * (1.0 + w) if gemma else h * w
+    if round_y is not None:
+        h = _stats.round_to(h, round_y)
+    if bias is not None:
+        h = h + bias.astype(sd)
+    return h.astype(out_dtype)
 
 
 def rms_apply(

@@ -10,7 +10,7 @@ Contract: the XLA bodies :func:`jln._layer_norm.ln_body` (with adaptive modulati
 :func:`jln._rms_norm.rms_body` (every convention but ``seed``), as stated at the top of
 ``cpu_norm.cc``; the tests compare them elementwise. Each convention's rounding becomes
 ``round_*``/``gemma`` flags derived here from the core's own dtype rules
-(:func:`jln._rms_norm.output_dtype`, :func:`jln._layer_norm.modulation_dtypes`).
+(:func:`jln._rms_norm.rms_steps`, :func:`jln._layer_norm.modulation_dtypes`).
 
 Transforms, all with public JAX machinery except one small primitive:
 
@@ -201,20 +201,6 @@ def _kind(dtype: Any) -> int:
 
 def _dtype(a: Any) -> Any:
     return None if a is None else jnp.dtype(a.dtype)
-
-
-def rms_flags(convention: str, io_dtype: Any, scale_dtype: Any, has_bias: bool) -> tuple[bool, int, int]:
-    """``(gemma, round_h, round_y)`` of an RMSNorm convention, from :func:`rms_affine`'s rules."""
-    if convention in ("torch", "gemma"):
-        return convention == "gemma", 0, 0
-    if convention == "llama":
-        return False, _kind(io_dtype), 0
-    if convention in ("t5", "diffusers"):
-        if scale_dtype is None:
-            return False, 0, 0
-        round_y = _kind(_rms_norm.output_dtype(convention, io_dtype, scale_dtype)) if has_bias else 0
-        return False, _kind(scale_dtype), round_y
-    raise ValueError(f"no native CPU kernel for the {convention!r} RMSNorm convention")
 
 
 def _xla(spec: Spec, x: Array, *params: Array) -> Array:
@@ -423,8 +409,7 @@ def _run(spec: Spec, x: Array, params: tuple[Array | None, ...], axes: tuple[int
     k = x.ndim - len(axes)
     n = math.prod(x.shape[k:])
     x2 = x.reshape((math.prod(x.shape[:k]), n))
-    dummy = jnp.zeros((1, 1), jnp.float32)
-    flat = [dummy if p is None else _grouped(p, x.shape, k, n) for p in params]
+    flat = [_dummy(jnp.float32) if p is None else _grouped(p, x.shape, k, n) for p in params]
     y, _, _ = _forward(spec, x2, *flat)
     return y.reshape(x.shape)
 
@@ -472,7 +457,10 @@ def rms(
     out_dtype: Any,
 ) -> Array:
     """The native path of :func:`jln._rms_norm.rms_body` for every convention but ``seed``."""
-    gemma, round_h, round_y = rms_flags(convention, io_dtype, _dtype(scale), bias is not None)
+    if convention not in _rms_norm.CONVENTIONS or convention == "seed":
+        raise ValueError(f"no native CPU kernel for the {convention!r} RMSNorm convention")
+    gemma, step_h, step_y = _rms_norm.rms_steps(convention, io_dtype, _dtype(scale), bias is not None)
+    round_h, round_y = _kind(step_h), _kind(step_y)
     params = (scale, bias, None, None)
     spec = Spec(
         "rms", float(eps), False, gemma, (round_h, round_y, 0, 0, 0, 0), 1.0,

@@ -93,36 +93,6 @@ inline void store(void* p, int64_t i, float v) {
   }
 }
 
-// Stores a float32 row as y's dtype. bfloat16 uses the CPU's round-to-nearest-even
-// conversion where it has one (AVX512-BF16); that instruction flushes float32 subnormal
-// inputs to zero, so a block holding any goes through the exact software rounding instead.
-template <int K>
-inline void store_row(void* y, int64_t o, const float* h, int64_t n) {
-  int64_t j = 0;
-#ifdef JLN_AVX512_BF16
-  if constexpr (K == kBF16) {
-    uint16_t* out = static_cast<uint16_t*>(y) + o;
-    const __m512 tiny = _mm512_set1_ps(1.17549435e-38f), zero = _mm512_setzero_ps();
-    for (; j + 16 <= n; j += 16) {
-      const __m512 v = _mm512_loadu_ps(h + j);
-      const __m512 a = _mm512_abs_ps(v);
-      if (_mm512_cmp_ps_mask(a, tiny, _CMP_LT_OQ) & _mm512_cmp_ps_mask(a, zero, _CMP_GT_OQ)) {
-        for (int l = 0; l < 16; ++l) out[j + l] = to_bf16(h[j + l]);
-      } else {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
-      }
-    }
-  }
-#endif
-  for (; j < n; ++j) store<K>(y, o + j, h[j]);
-}
-
-inline float round_to(float v, int k) {
-  if (k == kBF16) return bits_to_float(uint32_t(to_bf16(v)) << 16);
-  if (k == kF16) return float(_Float16(v));
-  return v;
-}
-
 // ---- 16-lane vectors (GCC/Clang vector extensions: the compiler picks AVX-512, AVX2, SSE or
 // NEON). Explicit vectors let one loop fuse load, arithmetic, rounding and store.
 constexpr int V = 16;
@@ -131,7 +101,6 @@ typedef uint32_t vu __attribute__((vector_size(64)));
 typedef int32_t vi __attribute__((vector_size(64)));
 typedef uint16_t vh __attribute__((vector_size(32)));
 typedef _Float16 vhf __attribute__((vector_size(32)));
-typedef double vd __attribute__((vector_size(64)));  // 8 lanes
 
 template <int K>
 inline vf vload(const void* p, int64_t i) {
@@ -179,6 +148,14 @@ inline void vstore(void* p, int64_t i, vf v) {
     const vhf h = __builtin_convertvector(v, vhf);
     std::memcpy(static_cast<_Float16*>(p) + i, &h, sizeof(h));
   }
+}
+
+// Stores a float32 row as y's dtype (vstore's rounding, then the scalar tail).
+template <int K>
+inline void store_row(void* y, int64_t o, const float* h, int64_t n) {
+  int64_t j = 0;
+  for (; j + V <= n; j += V) vstore<K>(y, o + j, vload<kF32>(h, j));
+  for (; j < n; ++j) store<K>(y, o + j, h[j]);
 }
 
 // round each lane to bfloat16 (k = 1) or float16 (k = 2) precision, kept in float32
@@ -235,37 +212,6 @@ inline float vsum(int64_t n, F f, T tail) {
   return hsum((a0 + a1) + (a2 + a3)) + t;
 }
 
-// acc[0..15] += u, and += u * v (float64 accumulation of per-feature gradients; the product of
-// two floats is exact in float64)
-inline void halves(vf u, vd* lo, vd* hi) {
-  vf8 a, b;
-  std::memcpy(&a, &u, sizeof(a));
-  std::memcpy(&b, reinterpret_cast<const char*>(&u) + sizeof(a), sizeof(b));
-  *lo = __builtin_convertvector(a, vd);
-  *hi = __builtin_convertvector(b, vd);
-}
-inline void vacc(double* __restrict__ acc, vf u) {
-  vd lo, hi, a0, a1;
-  halves(u, &lo, &hi);
-  std::memcpy(&a0, acc, sizeof(a0));
-  std::memcpy(&a1, acc + 8, sizeof(a1));
-  a0 += lo;
-  a1 += hi;
-  std::memcpy(acc, &a0, sizeof(a0));
-  std::memcpy(acc + 8, &a1, sizeof(a1));
-}
-inline void vacc2(double* __restrict__ acc, vf u, vf v) {
-  vd ul, uh, vl, vh2, a0, a1;
-  halves(u, &ul, &uh);
-  halves(v, &vl, &vh2);
-  std::memcpy(&a0, acc, sizeof(a0));
-  std::memcpy(&a1, acc + 8, sizeof(a1));
-  a0 += ul * vl;
-  a1 += uh * vh2;
-  std::memcpy(acc, &a0, sizeof(a0));
-  std::memcpy(acc + 8, &a1, sizeof(a1));
-}
-
 enum Param : int { kW = 0, kB = 1, kShift = 2, kMscale = 3, kParams = 4 };
 
 struct Config {
@@ -279,31 +225,12 @@ struct Config {
   bool simple() const {
     return !round_h && !round_y && !round_b && !round_f && !round_s && !gemma && !has[kShift] && !has[kMscale];
   }
-  bool modulated() const { return has[kShift] || has[kMscale]; }
 };
 
 struct Params {
   const float* p[kParams];
   const float* row(const Config& c, int k, int64_t r) const { return p[k] + (r / c.per[k]) * c.n; }
 };
-
-constexpr int kLanes = 64;
-
-// sum over j < n of f(j), with kLanes independent partial sums (vectorizable, deterministic).
-template <typename F>
-inline float lane_sum(int64_t n, F f) {
-  float acc[kLanes] = {0};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    for (int l = 0; l < kLanes; ++l) acc[l] += f(j + l);
-  }
-  float tail = 0;
-  for (; j < n; ++j) tail += f(j);
-  for (int w = kLanes / 2; w > 0; w /= 2) {
-    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-  }
-  return acc[0] + tail;
-}
 
 // Row statistics: returns (pivot, m, rstd); h(j) = ((x - p) - m) * rstd (center) or x * rstd.
 template <int KX>
@@ -399,12 +326,6 @@ inline void normalized(const void* __restrict__ x, int64_t o, int64_t n, bool ce
   } else {
     for (int64_t j = 0; j < n; ++j) h[j] = load<KX>(x, o + j) * rs;
   }
-}
-
-// v = v * w + b (two roundings, as the XLA body)
-inline void fma_row(float* __restrict__ v, const float* __restrict__ w, const float* __restrict__ b, int64_t n) {
-#pragma GCC ivdep
-  for (int64_t j = 0; j < n; ++j) v[j] = v[j] * w[j] + b[j];
 }
 
 // v *= w (or 1 + w for gemma)
@@ -645,8 +566,10 @@ void bwd_rows(const Config& c, const void* ct, const void* x, const Params& P, c
       weigh(g, P.row(c, kW, r), n, c.gemma);
     }
     round_inplace(g, n, c.round_h);
-    const float sg = c.center ? lane_sum(n, [&](int64_t j) { return g[j]; }) / fn : 0.0f;
-    const float shg = lane_sum(n, [&](int64_t j) { return h[j] * g[j]; }) / fn;
+    const float sg = c.center ? vsum(n, [&](int64_t j) { return vload<kF32>(g, j); },
+                                     [&](int64_t j) { return g[j]; }) / fn : 0.0f;
+    const float shg = vsum(n, [&](int64_t j) { return vload<kF32>(h, j) * vload<kF32>(g, j); },
+                           [&](int64_t j) { return h[j] * g[j]; }) / fn;
     for (int64_t j = 0; j < n; ++j) g[j] = rs * ((g[j] - sg) - h[j] * shg);
     store_row<KX>(dx, o, g, n);
   }
@@ -811,19 +734,27 @@ bool params_of(const Config& c, const ffi::AnyBuffer* params, std::vector<float>
   return true;
 }
 
+// The configuration and float32 parameter rows of one call (shared by both handlers).
+ffi::Error prepare(const ffi::AnyBuffer& x, const ffi::AnyBuffer* params, const NormAttrs& a, Config* c,
+                   std::vector<float>* storage, Params* P) {
+  ffi::Error err = make_config(x, params, a, c);
+  if (err.failure()) return err;
+  if (!params_of(*c, params, storage, P)) {
+    return ffi::Error::InvalidArgument("jln native kernels: parameters must be float32, bfloat16 or float16");
+  }
+  return ffi::Error::Success();
+}
+
 ffi::Error NormFwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer b,
                    ffi::AnyBuffer shift, ffi::AnyBuffer mscale, NormAttrs a,
                    ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> mean,
                    ffi::Result<ffi::AnyBuffer> rstd) {
   const ffi::AnyBuffer params[kParams] = {w, b, shift, mscale};
   Config c;
-  ffi::Error err = make_config(x, params, a, &c);
-  if (err.failure()) return err;
   std::vector<float> storage[kParams];
   Params P;
-  if (!params_of(c, params, storage, &P)) {
-    return ffi::Error::InvalidArgument("jln native kernels: parameters must be float32, bfloat16 or float16");
-  }
+  ffi::Error err = prepare(x, params, a, &c, storage, &P);
+  if (err.failure()) return err;
   return dispatch2<Fwd>(kind_of(x.element_type()), kind_of(y->element_type()), pool, c,
                         x.untyped_data(), P, y->untyped_data(),
                         static_cast<float*>(mean->untyped_data()),
@@ -838,13 +769,10 @@ ffi::Error NormBwd(ffi::ThreadPool pool, ffi::AnyBuffer ct, ffi::AnyBuffer x, ff
                    ffi::Result<ffi::AnyBuffer> dmscale) {
   const ffi::AnyBuffer params[kParams] = {w, b, shift, mscale};
   Config c;
-  ffi::Error err = make_config(x, params, a, &c);
-  if (err.failure()) return err;
   std::vector<float> storage[kParams];
   Params P;
-  if (!params_of(c, params, storage, &P)) {
-    return ffi::Error::InvalidArgument("jln native kernels: parameters must be float32, bfloat16 or float16");
-  }
+  ffi::Error err = prepare(x, params, a, &c, storage, &P);
+  if (err.failure()) return err;
   float* const dp[kParams] = {static_cast<float*>(dw->untyped_data()), static_cast<float*>(db->untyped_data()),
                               static_cast<float*>(dshift->untyped_data()),
                               static_cast<float*>(dmscale->untyped_data())};
