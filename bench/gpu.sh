@@ -1,65 +1,98 @@
 #!/usr/bin/env bash
-# One prepared benchmark for an NVIDIA GPU (or TPU) machine; installs nothing.
+# One prepared run for an NVIDIA GPU (or TPU) machine; installs nothing.
 #
-#   bench/gpu.sh OUT_DIR              # the real run, under 8 minutes
-#   bench/gpu.sh OUT_DIR --dry-run    # tiny shapes, to check the script on any machine (CPU too)
+#   bench/gpu.sh OUT_DIR                          # every part, under 8 minutes
+#   bench/gpu.sh OUT_DIR --parts check,tune,main  # some parts
+#   bench/gpu.sh OUT_DIR --dry-run                # tiny shapes, to check the script anywhere (CPU too)
 #
 # Uses whatever jax, flax, torch (CUDA) and triton are installed, runs jln from this checkout
-# (PYTHONPATH, no pip install), and writes to OUT_DIR:
-#   gpu_main.{json,md,png}   32768x4096 bfloat16: layer_norm, rms_norm, add_layer_norm,
-#                            add_rms_norm; fwd and fwd+bwd; jln xla + pallas, flax, jnp,
-#                            tokamax, torch CUDA, torch.compile
-#   gpu_sweep.{json,md,png}  GB/s against width 256..16384 (32768 rows), float32 and bfloat16,
-#                            layer_norm and rms_norm
-#   gpu.md                   both summaries, plus the machine's description
-# Each part has a time budget (cases past it are recorded as skipped) and a hard timeout
-# (SIGTERM: the cases measured so far are still written).
+# (PYTHONPATH, no pip install), and writes to OUT_DIR (at most 8 files, none in subfolders):
+#   env.txt      the machine: GPU, driver, jax devices and versions
+#   check.txt    jln parity --impl pallas: the Pallas kernels against float64 torch, forward
+#                and backward, every op and RMSNorm convention, float32/bfloat16/float16
+#   tune.json    bench/gpu_tune.py: Pallas tilings at 32768x4096 bfloat16 against copy and XLA
+#   main.json    32768x4096 bfloat16: layer_norm, rms_norm, add_layer_norm, add_rms_norm;
+#   main.md      fwd, bwd (alone) and fwd+bwd; jln (auto, xla, pallas), flax, jnp, torch,
+#                torch.compile; copy in the same run
+#   sweep.json   GB/s against width 1024..16384 (32768 rows), bfloat16 and float32
+#   log.txt      everything printed
+# Each part has a time budget (cases past it are recorded as skipped) and a hard timeout.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
-out="${1:?usage: bench/gpu.sh OUT_DIR [--dry-run]}"
-dry="${2:-}"
+out="${1:?usage: bench/gpu.sh OUT_DIR [--dry-run] [--parts check,tune,main,sweep]}"
+shift
+dry=""
+parts="check,tune,main,sweep"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --dry-run) dry=1 ;;
+    --parts) parts="$2"; shift ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
 mkdir -p "$out"
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_PREALLOCATE=false   # torch shares the device with JAX
 export TF_CPP_MIN_LOG_LEVEL=2
-extra=()
-if [[ "$dry" == "--dry-run" ]]; then
-  extra=(--rows 64 --widths 256 --reps 2 --warmup 1 --compile-budget-s 20)
-fi
+py=python3
+want() { [[ ",$parts," == *",$1,"* ]]; }
+exec > >(tee -a "$out/log.txt") 2>&1
 start=$SECONDS
+
 {
-  echo "# jln bench on $(hostname)"
-  echo
-  (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true) | sed 's/^/GPU: /'
-  python - <<'PY' 2>/dev/null || true
+  echo "# jln on $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  (nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>/dev/null || true) | sed 's/^/GPU: /'
+  $py - <<'PY' 2>&1 || true
+import importlib.metadata as md, platform
 import jax
-print("JAX devices:", jax.devices())
+print("python", platform.python_version(), "| jax devices:", jax.devices())
+for p in ("jax", "jaxlib", "flax", "torch", "triton", "numpy"):
+    try:
+        print(f"  {p} {md.version(p)}")
+    except md.PackageNotFoundError:
+        print(f"  {p} not installed")
 PY
-} > "$out/gpu_env.txt"
-cat "$out/gpu_env.txt"
+} > "$out/env.txt"
+cat "$out/env.txt"
 
-# Part 1: the headline case (about 4 minutes budgeted).
-timeout -s TERM 270 python -m jln.cli.bench \
-  --rows 32768 --widths 4096 --dtypes bfloat16 \
-  --ops layer_norm,rms_norm,add_layer_norm,add_rms_norm --impls all \
-  --reps 30 --warmup 3 --budget-s 210 --compile-budget-s 150 \
-  --title "jln bench: 32768x4096 bfloat16" \
-  --json "$out/gpu_main.json" --md "$out/gpu_main.md" --plot "$out/gpu_main.png" "${extra[@]}"
-echo "part 1 exit $? after $((SECONDS - start)) s"
+if [[ -n "$dry" ]]; then
+  shape=(--rows 64 --widths 256); tune=(--rows 64 --width 256 --reps 2 --buffers 2)
+  reps=(--reps 2 --warmup 1); sweep=(--rows 64 --widths 256,512); check_dtypes=f32
+else
+  shape=(--rows 32768 --widths 4096); tune=(--rows 32768 --width 4096)
+  reps=(--reps 20 --warmup 3); sweep=(--rows 32768 --widths 4096,16384,1024); check_dtypes=bf16,f32,f16
+fi
 
-# Part 2: the width sweep, no torch.compile (about 3 minutes budgeted).
-timeout -s TERM 170 python -m jln.cli.bench \
-  --rows 32768 --widths 4096,16384,1024,256 --dtypes bfloat16,float32 \
-  --ops layer_norm,rms_norm --impls jln-xla,jln-pallas,flax,flax-2pass,jnp,tokamax,torch \
-  --reps 20 --warmup 2 --budget-s 130 \
-  --title "jln bench: width sweep, 32768 rows" \
-  --json "$out/gpu_sweep.json" --md "$out/gpu_sweep.md" --plot "$out/gpu_sweep.png" "${extra[@]}"
-echo "part 2 exit $? after $((SECONDS - start)) s"
+if want check; then
+  # the kernels' numbers first: every op, forward and backward, against float64 torch
+  timeout -s TERM 100 $py -m jln.cli.parity --impl pallas --no-modules --dtypes "$check_dtypes" \
+    -q --no-progress --json "$out/check.json" > "$out/check.txt" 2>&1
+  echo "check exit $? after $((SECONDS - start)) s"; tail -n 25 "$out/check.txt"
+fi
 
-{
-  cat "$out/gpu_env.txt"; echo
-  cat "$out/gpu_main.md" 2>/dev/null; echo
-  cat "$out/gpu_sweep.md" 2>/dev/null
-} > "$out/gpu.md"
-echo "wrote $out/gpu.md ($((SECONDS - start)) s)"
+if want tune; then
+  timeout -s TERM 100 $py "$here/gpu_tune.py" "$out/tune.json" "${tune[@]}"
+  echo "tune exit $? after $((SECONDS - start)) s"
+fi
+
+if want main; then
+  timeout -s TERM 170 $py -m jln.cli.bench "${shape[@]}" --dtypes bfloat16 \
+    --ops layer_norm,rms_norm,add_layer_norm,add_rms_norm \
+    --impls jln,jln-xla,jln-pallas,flax,jnp,torch,torch-compile --directions all \
+    "${reps[@]}" --budget-s 140 --compile-budget-s 45 --quiet \
+    --title "jln bench: 32768x4096 bfloat16" --json "$out/main.json" --md "$out/main.md"
+  echo "main exit $? after $((SECONDS - start)) s"
+fi
+
+if want sweep; then
+  timeout -s TERM 110 $py -m jln.cli.bench "${sweep[@]}" --dtypes bfloat16,float32 \
+    --ops layer_norm,rms_norm --impls jln,jln-xla,jln-pallas,flax,torch "${reps[@]}" --budget-s 90 --quiet \
+    --title "jln bench: width sweep, 32768 rows" --json "$out/sweep.json"
+  echo "sweep exit $? after $((SECONDS - start)) s"
+fi
+
+[[ -f "$out/main.md" ]] && cat "$out/main.md"
+echo "done in $((SECONDS - start)) s"

@@ -35,7 +35,10 @@ import numpy as np
 
 from jln import _bench_impls as impls
 
-DIRECTIONS = ("fwd", "fwd+bwd")
+#: ``fwd``: the forward; ``fwd+bwd``: forward and reverse pass in one jitted call (what a
+#: training step runs); ``bwd``: the reverse pass alone, from saved residuals.
+DIRECTIONS = ("fwd", "fwd+bwd", "bwd")
+DEFAULT_DIRECTIONS = ("fwd", "fwd+bwd")
 DTYPES = ("float32", "bfloat16")
 DEFAULT_WIDTHS = (256, 1024, 4096, 16384)
 
@@ -59,7 +62,7 @@ def standard_promotion() -> Iterator[None]:
 def bytes_moved(op: str, rows: int, width: int, itemsize: int, direction: str) -> int:
     """Minimum bytes ``op`` must move over an ``[rows, width]`` input of ``itemsize`` bytes.
 
-    ``fwd``: 2·M·N·b (read x, write y); ``fwd+bwd``: 3·M·N·b (read x and dy, write dx); the
+    ``fwd``: 2·M·N·b (read x, write y); ``fwd+bwd`` and ``bwd``: 3·M·N·b (read x and dy, write dx); the
     fused residual ops (and the ``copy`` floor's fwd, which is 2·M·N·b) as described in the
     module docstring.
     """
@@ -271,7 +274,7 @@ class Config:
     widths: Sequence[int] = DEFAULT_WIDTHS
     rows: int | None = None
     elements: int = 1 << 22
-    directions: Sequence[str] = DIRECTIONS
+    directions: Sequence[str] = DEFAULT_DIRECTIONS
     reps: int = 15
     warmup: int = 2
     min_sample_s: float = 2e-3
@@ -333,9 +336,16 @@ class _Runner:
             outs = jax.eval_shape(f, inputs[0][0])
             args = [(p, jax.block_until_ready(tuple(c.astype(o.dtype) for o, c in zip(outs, cots, strict=False))))
                     for p, cots in inputs]
+            if direction == "fwd+bwd":
 
-            def fn(p: dict[str, Any], cot: tuple[Any, ...]) -> Any:
-                return jax.vjp(f, p)[1](cot)[0]
+                def fn(p: dict[str, Any], cot: tuple[Any, ...]) -> Any:
+                    return jax.vjp(f, p)[1](cot)[0]
+            else:  # the reverse pass alone: residuals computed (and kept) once per input set
+                pullback = jax.jit(lambda p: jax.vjp(f, p)[1])  # one trace: one pytree for all sets
+                args = [(jax.block_until_ready(pullback(p)), cot) for p, cot in args]
+
+                def fn(pullback: Any, cot: tuple[Any, ...]) -> Any:
+                    return pullback(cot)[0]
 
         t0 = time.perf_counter()
         compiled = jax.jit(fn).lower(*args[0]).compile()
@@ -381,13 +391,26 @@ class _Runner:
             def call(i: int) -> Any:
                 with torch.no_grad():
                     return run_fn(inputs[i][0])
-        else:
+        elif direction == "fwd+bwd":
 
             def call(i: int) -> Any:
                 p, cots = inputs[i]
                 leaves = {k: v.detach().requires_grad_() for k, v in p.items()}
                 outs = run_fn(leaves)
                 return torch.autograd.grad(outs, list(leaves.values()), cots[: len(outs)])
+        else:  # the reverse pass alone, over a graph built once per input set (and kept)
+            if compile_:  # a compiled backward donates its buffers unless told not to
+                import torch._functorch.config as functorch_config
+
+                functorch_config.donated_buffer = False
+            graphs = []
+            for p, cots in inputs:
+                leaves = {k: v.detach().requires_grad_() for k, v in p.items()}
+                graphs.append((run_fn(leaves), list(leaves.values()), cots))
+
+            def call(i: int) -> Any:
+                outs, leaves, cots = graphs[i]
+                return torch.autograd.grad(outs, leaves, cots[: len(outs)], retain_graph=True)
 
         if compile_:
             t0 = time.perf_counter()
@@ -592,8 +615,9 @@ def markdown(report: dict[str, Any], *, title: str = "jln bench", command: str |
         lines += ["", "layer_norm, median µs (GB/s):", "",
                   "| shape | dtype | dir | copy | " + " | ".join(shown) + " |",
                   "|---|---|---|---|" + "---|" * len(shown)]
+        present = [d for d in DIRECTIONS if any(r["direction"] == d for r in report["results"])]
         for shape, dtype in detail:
-            for direction in DIRECTIONS:
+            for direction in present:
                 cp = idx.get(("copy", "copy", shape, dtype, "fwd"))
                 cells = []
                 for i in shown:
@@ -611,7 +635,7 @@ def markdown(report: dict[str, Any], *, title: str = "jln bench", command: str |
 
 
 def plot(report: dict[str, Any], path: str) -> None:
-    """GB/s against width, one line per impl, the copy floor dashed; fwd and fwd+bwd panels."""
+    """GB/s against width, one line per impl, the copy floor dashed; a panel per direction."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -622,11 +646,13 @@ def plot(report: dict[str, Any], path: str) -> None:
               if any(r["op"] == op and r["dtype"] == dt for r in res)]
     if not combos:
         combos = [("layer_norm", "float32")]
-    fig, axes = plt.subplots(len(combos), 2, figsize=(11, 3.2 * len(combos)), squeeze=False)
+    present = [d for d in DIRECTIONS if any(r["direction"] == d for r in res)] or list(DEFAULT_DIRECTIONS)
+    fig, axes = plt.subplots(len(combos), len(present), figsize=(5.5 * len(present), 3.2 * len(combos)),
+                             squeeze=False)
     colors = {impl: f"C{i}" for i, impl in enumerate(impls.IMPLS)}
     for row, (op, dt) in enumerate(combos):
         copy = sorted((r["shape"][1], r["gbps"]) for r in res if r["impl"] == "copy" and r["dtype"] == dt)
-        for col, direction in enumerate(DIRECTIONS):
+        for col, direction in enumerate(present):
             ax = axes[row][col]
             for impl in impls.IMPLS:
                 pts = sorted((r["shape"][1], r["gbps"]) for r in res

@@ -83,8 +83,9 @@ def test_byte_counts_match_array_sizes() -> None:
         assert _bench.bytes_moved("rms_norm", m, n, x.itemsize, "fwd+bwd") == 3 * b  # x, dy, dx
         assert _bench.bytes_moved("add_layer_norm", m, n, x.itemsize, "fwd") == 4 * b  # x, r, y, s
         assert _bench.bytes_moved("add_rms_norm", m, n, x.itemsize, "fwd+bwd") == 6 * b
+        assert _bench.bytes_moved("layer_norm", m, n, x.itemsize, "bwd") == 3 * b  # x, dy, dx
     with pytest.raises(ValueError, match="direction"):
-        _bench.bytes_moved("layer_norm", m, n, 4, "bwd")
+        _bench.bytes_moved("layer_norm", m, n, 4, "backward")
 
 
 def test_residual_measure_on_known_function() -> None:
@@ -178,3 +179,20 @@ def test_rerender_from_json(tiny_report: dict, tmp_path: object) -> None:
     assert cli.main(["--from-json", str(d / "r.json"), "--md", str(md)]) == 0
     assert md.read_text() == (d / "r.md").read_text()
     assert cli.main(["--from-json", str(d / "missing.json"), "--md", str(md)]) == 2
+
+
+def test_backward_alone_direction(tmp_path: object) -> None:
+    # "bwd" times the reverse pass from saved residuals, for JAX and torch alike, with the
+    # backward's byte count
+    path = tmp_path / "b.json"  # type: ignore[operator]
+    argv = [*TINY, "--ops", "layer_norm,add_layer_norm", "--impls", "jln,jln-xla,flax,torch",
+            "--dtypes", "float32", "--directions", "bwd", "--json", str(path), "--md", str(tmp_path / "b.md")]  # type: ignore[operator]
+    assert cli.main(argv) == 0
+    report = json.loads(path.read_text())
+    assert report["skipped"] == []
+    got = {(r["impl"], r["op"]) for r in report["results"] if r["direction"] == "bwd"}
+    assert got == {(i, o) for i in ("jln", "jln-xla", "flax", "torch") for o in ("layer_norm", "add_layer_norm")}
+    for r in report["results"]:
+        if r["direction"] == "bwd":
+            assert r["bytes"] == _bench.bytes_moved(r["op"], 64, 256, 4, "bwd") and r["median_us"] > 0
+    assert "| bwd |" in (tmp_path / "b.md").read_text()  # type: ignore[operator]

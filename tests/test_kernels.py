@@ -175,6 +175,41 @@ def test_tpu_layout_in_interpret_mode(monkeypatch):
     _compare(fn, (x3, emb), BF16, probe.reshape(x3.shape), "tpu adaptive")
 
 
+def _chunked(monkeypatch, block_rows):
+    # small blocks and few backward programs, so each program walks several blocks of rows
+    # (the GPU layout at real sizes) and the last chunk runs past the end of x
+    monkeypatch.setattr(_plan, "gpu_blocks", lambda n, dtype: (block_rows, 4))
+    monkeypatch.setattr(_plan, "GPU_BWD_PROGRAMS", 2)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=lambda d: jnp.dtype(d).name)
+def test_backward_walks_chunks_of_rows(monkeypatch, dtype):
+    _chunked(monkeypatch, 2)
+    x, scale, bias, probe = _data((3, 7, 40), dtype)  # 21 rows: 2 programs of 16, 8 blocks each
+    plan = _plan.make_plan("gpu", True, 21, 40, dtype, ())
+    assert (plan.block_rows, plan.chunk, plan.num_chunks) == (2, 16, 2)
+    _compare(lambda x, s, b, impl: jln.layer_norm(x, s, b, impl=impl), (x, scale, bias), dtype, probe, "ln chunks")
+    fn = lambda x, s, impl: jln.rms_norm(x, s, convention="gemma", impl=impl)  # noqa: E731
+    _compare(fn, (x, scale), dtype, probe, "rms chunks")
+    fn = lambda x, s, impl: jln.rms_norm(x, s, convention="seed", eps=1e-2, impl=impl)  # noqa: E731
+    _compare(fn, (x * jnp.asarray(0.0, dtype), scale), dtype, probe, "seed chunks, clamped rows")
+
+
+def test_backward_chunks_follow_condition_groups(monkeypatch):
+    # per-example conditions: a chunk never straddles two examples' rows (8 tokens: one chunk
+    # of 8 per example; 6 tokens: chunks of 2, three partials summed per example)
+    _chunked(monkeypatch, 2)
+    for tokens, chunk in ((8, 8), (6, 2)):
+        x, scale, bias, probe = _data((4, tokens, 40), F32)
+        emb = (0.5 * jax.random.normal(jax.random.key(5), (4, 6 * 40))).astype(F32)
+        assert _plan.make_plan("gpu", True, 4 * tokens, 40, F32, (tokens,)).chunk == chunk
+
+        def fn(x, emb, s, b, impl):
+            return jln.adaptive_layer_norm(x, emb, s, b, order="dit", eps=1e-6, impl=impl)[0]
+
+        _compare(fn, (x, emb, scale, bias), F32, probe, f"adaptive chunks, {tokens} tokens")
+
+
 def test_auto_picks_xla_on_cpu(monkeypatch):
     assert jax.default_backend() == "cpu"
     # "auto" takes kernels on gpu/tpu only once the user opts in (until hardware validation)

@@ -102,6 +102,7 @@ def test_planted_mismatch_exits_1(planted: _registry.Op, dtype: str, tmp_path: A
         (["--dtypes", "int8"], "float32"),
         (["--shapes", "4xq"], "bad shape"),
         (["--shapes", "4x8:3"], "k must be"),
+        (["--impl", "fast"], "invalid choice"),
     ],
 )
 def test_usage_errors_exit_2(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -159,3 +160,19 @@ def test_progress_bar_draws_and_clears(monkeypatch: pytest.MonkeyPatch) -> None:
     quiet = parity.Progress(4, enabled=False)
     quiet.step("x")
     assert buf.getvalue().count("2/4") == 1
+
+
+@pytest.mark.parametrize("impl", ["xla", "pallas"])
+def test_impl_checks_one_path(impl: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    # --impl runs every op case on that path (pallas: interpret mode here); float64 has no
+    # kernel and is skipped with the reason, never silently run on another path
+    path = tmp_path / "p.json"
+    code, out, _ = run(capsys, "--ops", "layer_norm,add_rms_norm[llama],modulate", "--dtypes", "f32,f64",
+                       "--impl", impl, "--shapes", "3x8,0x4", "--no-progress", "--json", str(path))
+    assert code == 0, out
+    assert f"layer_norm (impl={impl})" in out and f"add_rms_norm[llama] (impl={impl})" in out
+    assert "modulate (impl=" not in out  # one path only: the default, untagged
+    data = json.loads(path.read_text())
+    assert data["summary"]["failed"] == 0 and data["summary"]["passed"] > 0
+    if impl == "pallas":
+        assert "impl='pallas' is not available here" in out and data["summary"]["skipped"] > 0

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from jln import _registry
+from jln._dispatch import IMPLS
 from jln.testing import ParityResult, check_matches_torch
 
 Shape = tuple[int, ...]
@@ -91,7 +92,7 @@ def _op_case(op: _registry.Op, dtype: str, shape: Shape, k: int, variant: str = 
             try:
                 return op.call_jln(a, k, **overrides)
             except ValueError as e:
-                if "impl='pallas' is not available" in str(e):
+                if "is not available here" in str(e) and "impl=" in str(e):  # pallas or native
                     raise _Skip(str(e)) from None
                 raise
 
@@ -103,21 +104,30 @@ def _op_case(op: _registry.Op, dtype: str, shape: Shape, k: int, variant: str = 
     return Case(op.name, dtype, shape, k, variant, run)
 
 
-def _op_cases(ops: Sequence[_registry.Op], dtypes: Sequence[str], shapes: Sequence[tuple[Shape, int]], full: bool) -> list[Case]:
+def _op_cases(
+    ops: Sequence[_registry.Op], dtypes: Sequence[str], shapes: Sequence[tuple[Shape, int]], full: bool,
+    impl: str | None = None,
+) -> list[Case]:
+    """The op cases; ``impl`` checks that path alone (``--impl``), else the default ``"auto"``
+    (with ``full``, also ``"xla"`` and ``"pallas"``)."""
     cases = []
     for op in ops:
+        # modulate (shift/scale alone) has one path, no impl= to choose
+        only = {} if impl is None or op.family == "modulate" else {"impl": impl}
+        tag = f"impl={impl}" if only else ""
         for dtype in dtypes:
             for shape, k in shapes:
                 if k > 1 and not op.multi_axis:
                     continue
                 if k > len(shape):
                     continue
-                cases.append(_op_case(op, dtype, shape, k))
+                cases.append(_op_case(op, dtype, shape, k, tag, **only))
                 if not full:
                     continue
                 if dtype in ("bfloat16", "float16") and op.params:
-                    cases.append(_op_case(op, dtype, shape, k, "param float32", param_dtype="float32"))
-                if op.family != "modulate":
+                    cases.append(_op_case(op, dtype, shape, k, f"param float32 {tag}".strip(),
+                                          param_dtype="float32", **only))
+                if op.family != "modulate" and impl is None:
                     # the default impl="auto" takes the native kernels on CPU: check XLA too
                     cases.append(_op_case(op, dtype, shape, k, "impl=xla", impl="xla"))
                     cases.append(_op_case(op, dtype, shape, k, "impl=pallas", impl="pallas"))
@@ -375,6 +385,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true", help="the whole sweep: more shapes, float32 "
                    "parameters with half inputs, impl='xla' beside the default 'auto', impl='pallas' where "
                    "jln.kernels supports it")
+    p.add_argument("--impl", choices=[i for i in IMPLS if i != "auto"], help="check this path of the ops "
+                   "alone, e.g. 'pallas' on a GPU (ops without it are reported as skipped with the "
+                   "reason; module cases keep the default)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     p.add_argument("--list", action="store_true", help="list the ops and module cases, then exit")
     p.add_argument("-q", "--failures-only", action="store_true", help="print only failing rows")
@@ -469,7 +482,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with jax.enable_x64(True), warnings.catch_warnings():  # float64 needs x64
         # torch notes mixed-dtype dispatch choices (e.g. bf16 input, float32 weight): not news here
         warnings.filterwarnings("ignore", category=UserWarning, module="torch")
-        cases = _op_cases([op for op in ops if op.name in selected], dtypes, shapes, args.full)
+        cases = _op_cases([op for op in ops if op.name in selected], dtypes, shapes, args.full, args.impl)
         cases += [
             _module_case(m, d, args.full) for m in module_specs if m.name in selected
             for d in dtypes if args.full or args.dtypes or d in m.dtypes

@@ -1,7 +1,10 @@
 """The Pallas forward and backward kernels and their ``custom_vjp``.
 
 Layout: ``x`` is viewed as ``[rows, n]`` (the normalized axes are trailing and contiguous) and
-each program owns one block of ``block_rows`` rows (see :mod:`jln.kernels._plan`). Per-feature
+each forward program owns one block of ``block_rows`` rows (see :mod:`jln.kernels._plan`). Each
+backward program walks a chunk of such blocks (``plan.chunk`` rows; on GPUs about
+``GPU_BWD_PROGRAMS`` programs in all) and sums its parameter-gradient partials in float32
+registers, so it writes one partial row per program, not per block. Per-feature
 parameters arrive as ``[1, 1, n]``, per-example conditions (DiT's ``shift[:, None]``) as
 ``[groups, 1, n]`` with each block inside one group, and conditions with ``x``'s own shape as
 ``[rows, n]``.
@@ -61,10 +64,13 @@ class Spec:
 # ----------------------------------------------------------------------------- memory access
 
 
-def _masks(plan: Plan) -> tuple[Array, Array | None]:
-    """``(rows_ok [br, 1], cols_ok [1, W] or None)`` for this program's block."""
+def _masks(plan: Plan, first_row: Any = None) -> tuple[Array, Array | None]:
+    """``(rows_ok [br, 1], cols_ok [1, W] or None)`` for the block of ``block_rows`` rows that
+    starts at row ``first_row`` (default: this program's forward block)."""
     br = plan.block_rows
-    rows = pl.program_id(0) * br + lax.broadcasted_iota(jnp.int32, (br, 1), 0)
+    if first_row is None:
+        first_row = pl.program_id(0) * br
+    rows = first_row + lax.broadcasted_iota(jnp.int32, (br, 1), 0)
     cols = None
     if plan.masked_columns:
         cols = lax.broadcasted_iota(jnp.int32, (1, plan.width), 1) < plan.n
@@ -215,14 +221,22 @@ def _fwd_kernel(spec: Spec, *refs: Any) -> None:
     _store(plan, rstd_ref, rstd, rows_ok)
 
 
-def _bwd_kernel(spec: Spec, *refs: Any) -> None:
+def _bwd_block(spec: Spec, refs: Any, r0: Any, first_row: Any) -> list[Array | None]:
+    """The backward of the ``block_rows`` rows at offset ``r0`` of this program's chunk: stores
+    dx (and per-row operand cotangents), returns the partial sums of the broadcast operands'
+    cotangents (``[1, W]`` float32; ``None`` for per-row operands)."""
     plan, k = spec.plan, len(spec.kinds)
     n_stats = 2 if spec.op == "ln" else 1
-    x_ref, dy_ref = refs[0], refs[1]
-    stat_refs = refs[2 : 2 + n_stats]
-    op_refs = refs[2 + n_stats : 2 + n_stats + k]
-    dx_ref, dop_refs = refs[2 + n_stats + k], refs[3 + n_stats + k :]
-    rows_ok, cols_ok = _masks(plan)
+    br = plan.block_rows
+
+    def at(ref: Any) -> Any:  # this block's rows of a per-row ref
+        return ref if plan.chunk == br else ref.at[pl.ds(r0, br), :]
+
+    x_ref, dy_ref = at(refs[0]), at(refs[1])
+    stat_refs = [at(r) for r in refs[2 : 2 + n_stats]]
+    op_refs = [at(r) if kind == ROW else r for r, (kind, _) in zip(refs[2 + n_stats : 2 + n_stats + k], spec.kinds, strict=True)]
+    dx_ref, dop_refs = at(refs[2 + n_stats + k]), refs[3 + n_stats + k :]
+    rows_ok, cols_ok = _masks(plan, first_row)
     valid = _and(rows_ok, cols_ok)
     # rows past the end are zeroed (x, dy, statistics), so they add nothing to the partials
     x = _load(plan, x_ref, valid).astype(F32)
@@ -253,25 +267,59 @@ def _bwd_kernel(spec: Spec, *refs: Any) -> None:
     else:
         dx = rstd * (g - proj)
     _store(plan, dx_ref, dx, valid)
+    partials: list[Array | None] = []
     for ref, dop, (kind, _) in zip(dop_refs, dops, spec.kinds, strict=True):
-        _store(plan, ref, dop, valid if kind == ROW else cols_ok)
+        if kind == ROW:
+            _store(plan, at(ref), dop, valid)
+            partials.append(None)
+        else:
+            partials.append(dop.astype(F32))
+    return partials
+
+
+def _bwd_kernel(spec: Spec, *refs: Any) -> None:
+    """One program's chunk of rows (``plan.chunk``, a multiple of ``block_rows``): the blocks
+    are walked in a loop and the broadcast operands' cotangents summed in float32 registers,
+    then written once as this program's partial (a ``[1, W]`` row per operand)."""
+    plan = spec.plan
+    br, steps = plan.block_rows, plan.chunk // plan.block_rows
+    first = pl.program_id(0) * plan.chunk
+    dop_refs = refs[len(refs) - len(spec.kinds) :]
+    partials: list[Array | None]
+    if steps == 1:
+        partials = _bwd_block(spec, refs, 0, first)
+    else:
+        init = tuple(jnp.zeros((1, plan.width), F32) for kind, _ in spec.kinds if kind != ROW)
+
+        def step(j: Any, acc: tuple[Array, ...]) -> tuple[Array, ...]:
+            r0 = pl.multiple_of(j * br, br)
+            parts = [p for p in _bwd_block(spec, refs, r0, first + r0) if p is not None]
+            return tuple(a + p for a, p in zip(acc, parts, strict=True))
+
+        summed = iter(lax.fori_loop(0, steps, step, init))
+        partials = [None if kind == ROW else next(summed) for kind, _ in spec.kinds]
+    _, cols_ok = _masks(plan, first)
+    for ref, part in zip(dop_refs, partials, strict=True):
+        if part is not None:
+            _store(plan, ref, part, cols_ok)
 
 
 # ----------------------------------------------------------------------------- pallas_call
 
 
-def _row_spec(plan: Plan) -> pl.BlockSpec:
-    return pl.BlockSpec((plan.block_rows, plan.width), lambda i: (i, 0))
+def _row_spec(plan: Plan, rows: int = 0) -> pl.BlockSpec:
+    """Blocks of ``rows`` rows (default ``block_rows``; the backward passes ``plan.chunk``)."""
+    return pl.BlockSpec((rows or plan.block_rows, plan.width), lambda i: (i, 0))
 
 
-def _stat_spec(plan: Plan) -> pl.BlockSpec:
-    return pl.BlockSpec((plan.block_rows, 1), lambda i: (i, 0))
+def _stat_spec(plan: Plan, rows: int = 0) -> pl.BlockSpec:
+    return pl.BlockSpec((rows or plan.block_rows, 1), lambda i: (i, 0))
 
 
-def _operand_spec(plan: Plan, kind: str, t: int) -> pl.BlockSpec:
+def _operand_spec(plan: Plan, kind: str, t: int, rows: int = 0) -> pl.BlockSpec:
     if kind == ROW:
-        return _row_spec(plan)
-    br = plan.block_rows
+        return _row_spec(plan, rows)
+    br = rows or plan.block_rows
     return pl.BlockSpec((None, 1, plan.width), lambda i: ((i * br) // t, 0, 0))
 
 
@@ -279,7 +327,9 @@ def _partial_spec(plan: Plan) -> pl.BlockSpec:
     return pl.BlockSpec((None, 1, plan.width), lambda i: (i, 0, 0))
 
 
-def _pallas(spec: Spec, kernel: Any, in_specs: list[Any], out_specs: list[Any], out_shape: list[Any]) -> Any:
+def _pallas(
+    spec: Spec, kernel: Any, grid: int, in_specs: list[Any], out_specs: list[Any], out_shape: list[Any]
+) -> Any:
     plan = spec.plan
     kwargs: dict[str, Any] = {}
     if plan.interpret:
@@ -294,7 +344,7 @@ def _pallas(spec: Spec, kernel: Any, in_specs: list[Any], out_specs: list[Any], 
         kwargs["compiler_params"] = pltpu.CompilerParams(dimension_semantics=("parallel",))
     return pl.pallas_call(
         functools.partial(kernel, spec),
-        grid=(plan.num_blocks,),
+        grid=(grid,),
         in_specs=in_specs,
         out_specs=out_specs,
         out_shape=out_shape,
@@ -316,6 +366,7 @@ def _forward(spec: Spec, x: Array, ops: tuple[Array, ...]) -> tuple[Array, list[
     outs = _pallas(
         spec,
         _fwd_kernel,
+        plan.num_blocks,
         [_row_spec(plan)] + [_operand_spec(plan, kd, t) for kd, t in spec.kinds],
         [_row_spec(plan)] + [_stat_spec(plan)] * n_stats,
         [jax.ShapeDtypeStruct((plan.rows, plan.n), y_dtype)] + [stat] * n_stats,
@@ -327,18 +378,20 @@ def _backward(
     spec: Spec, x: Array, stats: list[Array], ops: tuple[Array, ...], dy: Array, cast_params: bool = True
 ) -> tuple[Array, ...]:
     plan = spec.plan
-    partial = jax.ShapeDtypeStruct((plan.num_blocks, 1, plan.n), F32)
+    c = plan.chunk
+    partial = jax.ShapeDtypeStruct((plan.num_chunks, 1, plan.n), F32)
     out_shape = [jax.ShapeDtypeStruct(x.shape, x.dtype)]
-    out_specs = [_row_spec(plan)]
+    out_specs = [_row_spec(plan, c)]
     for op, (kind, _) in zip(ops, spec.kinds, strict=True):
         out_shape.append(jax.ShapeDtypeStruct(op.shape, op.dtype) if kind == ROW else partial)
-        out_specs.append(_row_spec(plan) if kind == ROW else _partial_spec(plan))
+        out_specs.append(_row_spec(plan, c) if kind == ROW else _partial_spec(plan))
     outs = _pallas(
         spec,
         _bwd_kernel,
-        [_row_spec(plan), _row_spec(plan)]
-        + [_stat_spec(plan)] * len(stats)
-        + [_operand_spec(plan, kd, t) for kd, t in spec.kinds],
+        plan.num_chunks,
+        [_row_spec(plan, c), _row_spec(plan, c)]
+        + [_stat_spec(plan, c)] * len(stats)
+        + [_operand_spec(plan, kd, t, c) for kd, t in spec.kinds],
         out_specs,
         out_shape,
     )(x, dy, *stats, *ops)
@@ -347,8 +400,8 @@ def _backward(
     for op, part, (kind, t) in zip(ops, parts, spec.kinds, strict=True):
         if kind == PARAM:
             part = jnp.sum(part, axis=0, keepdims=True)
-        elif kind == GROUP:  # blocks never straddle groups: sum each group's t/br blocks
-            part = jnp.sum(part.reshape(op.shape[0], t // plan.block_rows, 1, plan.n), axis=1)
+        elif kind == GROUP:  # chunks never straddle groups: sum each group's t/chunk partials
+            part = jnp.sum(part.reshape(op.shape[0], t // plan.chunk, 1, plan.n), axis=1)
         # float32 partial sums stay float32 when the caller still reduces them across devices
         grads.append(part if (kind != ROW and not cast_params) else part.astype(op.dtype))
     return (dx, *grads)

@@ -9,6 +9,13 @@ import jax.numpy as jnp
 #: Widest row a one-row-block-per-program kernel keeps in registers; wider rows use XLA.
 MAX_WIDTH = 65536
 
+#: About how many programs the GPU backward launches. Each program walks a chunk of rows and
+#: keeps its parameter-gradient partials in registers, so the partials written are
+#: ``programs x n`` float32 values instead of one row of them per block of rows (which, at one
+#: row per block, is twice the bytes of a bfloat16 ``x``). A few programs per multiprocessor
+#: keep enough loads in flight; ``bench/gpu_tune.py`` measures the choice.
+GPU_BWD_PROGRAMS = 512
+
 
 def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
@@ -30,10 +37,19 @@ class Plan:
     width: int
     block_rows: int
     num_warps: int | None
+    chunk_rows: int = 0  # rows one backward program walks (a multiple of block_rows); 0: block_rows
 
     @property
     def num_blocks(self) -> int:
         return -(-self.rows // self.block_rows)
+
+    @property
+    def chunk(self) -> int:
+        return self.chunk_rows or self.block_rows
+
+    @property
+    def num_chunks(self) -> int:
+        return -(-self.rows // self.chunk)
 
     @property
     def masked_columns(self) -> bool:
@@ -53,6 +69,16 @@ def gpu_blocks(n: int, dtype: object) -> tuple[int, int]:
     per_thread = max(1, 16 // itemsize)  # elements in one 16-byte load
     num_warps = next_power_of_2(max(1, (block_rows * width) // (32 * per_thread)))
     return block_rows, max(1, min(16, num_warps))
+
+
+def gpu_chunk_rows(rows: int, block_rows: int, group_rows: tuple[int, ...]) -> int:
+    """Rows one GPU backward program walks: ``block_rows`` times a power of two, so that about
+    :data:`GPU_BWD_PROGRAMS` programs cover ``rows``, and never straddling a group of rows that
+    shares a condition (each chunk divides every group's row count)."""
+    chunk = block_rows
+    while chunk * GPU_BWD_PROGRAMS < rows and all(t % (2 * chunk) == 0 for t in group_rows):
+        chunk *= 2
+    return chunk
 
 
 def tpu_block_rows(n: int) -> int:
@@ -77,7 +103,8 @@ def make_plan(
         for t in group_rows:
             while t % block_rows:
                 block_rows //= 2
-        return Plan(target, interpret, rows, n, next_power_of_2(n), block_rows, num_warps)
+        chunk = gpu_chunk_rows(rows, block_rows, group_rows)
+        return Plan(target, interpret, rows, n, next_power_of_2(n), block_rows, num_warps, chunk)
     block_rows = tpu_block_rows(n)
     if group_rows:
         for t in group_rows:

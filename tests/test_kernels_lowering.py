@@ -1,0 +1,111 @@
+"""The Pallas kernels lowered for an NVIDIA GPU (Triton) on this CPU-only machine.
+
+Interpret mode (tests/test_kernels.py) checks what the kernels compute; it does not run the
+Triton lowering, which rejects some programs interpret mode accepts (tile shapes, dynamic
+slices, primitives without a Triton rule). Here every kernel configuration is traced for the
+GPU target and lowered with ``lowering_platforms=("cuda",)``: a lowering error fails the test,
+and the module must hold exactly the Triton calls expected (one forward, one backward). What
+the GPU then compiles and computes is checked by ``bench/gpu_check.py`` on a GPU.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jln
+from jln import kernels
+from jln.kernels import _plan
+
+F32, BF16, F16 = jnp.float32, jnp.bfloat16, jnp.float16
+TRITON = "__gpu$xla.gpu.triton"
+
+
+@pytest.fixture(autouse=True)
+def gpu_target(monkeypatch):
+    monkeypatch.setattr(kernels, "_target", lambda: ("gpu", False))
+    # jax >= 0.11 asks the local device which GPU it lowers for; name one (an H200) instead
+    try:
+        from jax._src.pallas.triton import gpu_info, pallas_call_registration
+    except ImportError:  # older jax lowers without asking
+        return
+    info = gpu_info.get_gpu_info_from_version(gpu_info.GpuVersion.H200)
+    monkeypatch.setattr(pallas_call_registration.gpu_info_lib, "get_gpu_info", lambda: info)
+
+
+def _lower(fn, *avals):
+    return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def _sds(shape, dtype):
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def _check(fn, shape, dtype, n_params, param_shape=None):
+    """``fn(x, *params)`` lowered alone (one Triton call) and under ``grad`` of every input
+    (two: the forward and the backward kernel)."""
+    x = _sds(shape, dtype)
+    params = [_sds(param_shape or shape[-1:], dtype)] * n_params
+    assert _lower(fn, x, *params).count(TRITON) == 1
+
+    def loss(*a):
+        return jnp.sum(fn(*a).astype(F32))
+
+    text = _lower(jax.grad(loss, argnums=tuple(range(1 + n_params))), x, *params)
+    assert text.count(TRITON) == 2
+
+
+WIDTHS = [40, 1000, 4096, 16384]
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16, F16], ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("n", WIDTHS)
+def test_layer_norm_lowers(n, dtype):
+    _check(lambda x, s, b: jln.layer_norm(x, s, b, impl="pallas"), (3, 5, n), dtype, 2)
+    _check(lambda x: jln.layer_norm(x, impl="pallas"), (7, n), dtype, 0)
+
+
+@pytest.mark.parametrize("convention", ["torch", "llama", "gemma", "t5", "diffusers", "seed"])
+def test_rms_norm_lowers(convention):
+    def fn(x, s):
+        return jln.rms_norm(x, s, convention=convention, impl="pallas")
+
+    _check(fn, (4, 1000), BF16, 1)
+
+
+def test_add_norms_lower():
+    def add_ln(x, r, s, b):
+        y, h = jln.add_layer_norm(x, r, s, b, impl="pallas")
+        return y + h
+
+    def add_rms(x, r, s):
+        y, h = jln.add_rms_norm(x, r, s, impl="pallas")
+        return y + h
+
+    for fn, k in ((add_ln, 2), (add_rms, 1)):
+        x = _sds((4, 1000), BF16)
+        params = [_sds((1000,), BF16)] * k
+        assert _lower(fn, x, x, *params).count(TRITON) == 1
+        grad = jax.grad(lambda *a, fn=fn: jnp.sum(fn(*a).astype(F32)), argnums=tuple(range(2 + k)))
+        assert _lower(grad, x, x, *params).count(TRITON) == 2
+
+
+@pytest.mark.parametrize("tokens", [256, 6])
+def test_adaptive_layer_norm_lowers(tokens):
+    # 256 tokens per example: per-group conditions; 6: materialized per row
+    def fn(x, emb, s, b):
+        return jln.adaptive_layer_norm(x, emb, s, b, order="dit", eps=1e-6, impl="pallas")[0]
+
+    x, emb, p = _sds((2, tokens, 512), BF16), _sds((2, 6 * 512), BF16), _sds((512,), BF16)
+    assert _lower(fn, x, emb, p, p).count(TRITON) == 1
+    grad = jax.grad(lambda *a: jnp.sum(fn(*a).astype(F32)), argnums=(0, 1, 2, 3))
+    assert _lower(grad, x, emb, p, p).count(TRITON) == 2
+
+
+def test_backward_loop_over_chunks_lowers():
+    # the benchmark's shape: each backward program walks 64 rows in a loop
+    plan = _plan.make_plan("gpu", False, 32768, 4096, BF16, ())
+    assert plan.chunk == 64 and plan.num_chunks == 512
+    _check(lambda x, s, b: jln.layer_norm(x, s, b, impl="pallas"), (32768, 4096), BF16, 2)
+    _check(lambda x, s: jln.rms_norm(x, s, impl="pallas"), (32768, 4096), BF16, 1)
