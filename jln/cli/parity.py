@@ -31,7 +31,7 @@ import numpy as np
 
 from jln import _registry
 from jln._dispatch import IMPLS
-from jln.testing import ParityResult, check_matches_torch
+from jln.testing import ParityResult, _failed_report, check_matches_torch
 
 Shape = tuple[int, ...]
 
@@ -132,6 +132,13 @@ def _op_cases(
                     cases.append(_op_case(op, dtype, shape, k, "impl=xla", impl="xla"))
                     cases.append(_op_case(op, dtype, shape, k, "impl=pallas", impl="pallas"))
     return cases
+
+
+def _raised(case: Case, e: Exception) -> ParityResult:
+    """A failed result for a case whose jln call raised (a kernel that does not compile, say)."""
+    first = (str(e).strip().splitlines() or [""])[0][:200]
+    return ParityResult(case.op, "raised", "fwd", case.dtype, tuple(case.shape),
+                        _failed_report(case.dtype, False), note=f"{type(e).__name__}: {first}", passed=False)
 
 
 # -- module cases (Flax modules through jln.interop.from_torch) -------------------------------
@@ -495,6 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 case.results = case.run()
             except _Skip as e:
                 case.skipped = str(e)
+            except Exception as e:  # noqa: BLE001 - a case that raises fails; the sweep goes on
+                case.results = [_raised(case, e)]
             case.seconds = time.perf_counter() - t0
             progress.advance()
         progress.close()

@@ -319,6 +319,8 @@ def _stat_spec(plan: Plan, rows: int = 0) -> pl.BlockSpec:
 def _operand_spec(plan: Plan, kind: str, t: int, rows: int = 0) -> pl.BlockSpec:
     if kind == ROW:
         return _row_spec(plan, rows)
+    if kind == PARAM:  # one row of parameters, read by every program
+        return pl.BlockSpec((None, 1, plan.width), lambda i: (0, 0, 0))
     br = rows or plan.block_rows
     return pl.BlockSpec((None, 1, plan.width), lambda i: ((i * br) // t, 0, 0))
 
@@ -327,8 +329,27 @@ def _partial_spec(plan: Plan) -> pl.BlockSpec:
     return pl.BlockSpec((None, 1, plan.width), lambda i: (i, 0, 0))
 
 
+def _check_blocks(bs: pl.BlockSpec, shape: tuple[int, ...], grid: int, where: str) -> None:
+    """Trace-time guard: every program's block starts inside its array.
+
+    Interpret mode (and Mosaic) clamp an out-of-range block index, so a wrong index map still
+    computes the right numbers there, while a GPU reads past the array's end. The index maps
+    are affine in the program id, so checking the first and the last program covers them all.
+    """
+    for i in {0, grid - 1}:
+        idx = bs.index_map(i)
+        for d, (b, blk, size) in enumerate(zip(idx, bs.block_shape, shape, strict=True)):
+            start = int(b) * (1 if blk is None else int(blk))
+            if not 0 <= start < max(size, 1):
+                raise AssertionError(
+                    f"jln kernel {where}: program {i} of {grid} reads block {tuple(idx)} of shape "
+                    f"{bs.block_shape}, past the array's {shape} (axis {d}); a wrong index map"
+                )
+
+
 def _pallas(
-    spec: Spec, kernel: Any, grid: int, in_specs: list[Any], out_specs: list[Any], out_shape: list[Any]
+    spec: Spec, kernel: Any, grid: int, in_specs: list[Any], out_specs: list[Any], out_shape: list[Any],
+    in_shapes: list[Any],
 ) -> Any:
     plan = spec.plan
     kwargs: dict[str, Any] = {}
@@ -342,6 +363,8 @@ def _pallas(
         from jax.experimental.pallas import tpu as pltpu
 
         kwargs["compiler_params"] = pltpu.CompilerParams(dimension_semantics=("parallel",))
+    for bs, sd in zip(in_specs + out_specs, in_shapes + out_shape, strict=True):
+        _check_blocks(bs, sd.shape, grid, kernel.__name__)
     return pl.pallas_call(
         functools.partial(kernel, spec),
         grid=(grid,),
@@ -370,6 +393,7 @@ def _forward(spec: Spec, x: Array, ops: tuple[Array, ...]) -> tuple[Array, list[
         [_row_spec(plan)] + [_operand_spec(plan, kd, t) for kd, t in spec.kinds],
         [_row_spec(plan)] + [_stat_spec(plan)] * n_stats,
         [jax.ShapeDtypeStruct((plan.rows, plan.n), y_dtype)] + [stat] * n_stats,
+        [x, *ops],
     )(x, *ops)
     return outs[0], list(outs[1:])
 
@@ -394,6 +418,7 @@ def _backward(
         + [_operand_spec(plan, kd, t, c) for kd, t in spec.kinds],
         out_specs,
         out_shape,
+        [x, dy, *stats, *ops],
     )(x, dy, *stats, *ops)
     dx, parts = outs[0], outs[1:]
     grads = []

@@ -1,7 +1,8 @@
 """Run a pure-jnp core helper inside a Pallas kernel body.
 
 The core rounds bfloat16 with ``lax.reduce_precision`` (which XLA never elides), but neither
-the Triton nor the Mosaic lowering has a rule for it. Inside a kernel a cast round trip is the
+the Triton nor the Mosaic lowering has a rule for it (nor Triton for ``lax.round``, which the
+float16 subnormal rounding uses; it is rebuilt from ``floor``). Inside a kernel a cast round trip is the
 same rounding (round to nearest even) and is kept by Triton, Mosaic and XLA:CPU alike, so
 :func:`portable` re-evaluates the helper's jaxpr with that substitution. The helper's formula
 stays written once, in the core.
@@ -31,6 +32,16 @@ def _round_trip(v: Any, exponent_bits: int, mantissa_bits: int) -> Any:
     return v.astype(dtype).astype(v.dtype)
 
 
+def _round_half_even(v: Any) -> Any:
+    """``lax.round(v, TO_NEAREST_EVEN)`` from floor and compares (Triton has no rule for
+    ``round``); exact for every float: ``v - floor(v)`` and ``floor(f / 2)`` are exact."""
+    f = jnp.floor(v)
+    frac = v - f
+    up = f + 1
+    f_even = f - 2 * jnp.floor(f * 0.5) == 0
+    return jnp.where(frac > 0.5, up, jnp.where(frac < 0.5, f, jnp.where(f_even, f, up)))
+
+
 def _eval(jaxpr: Any, consts: Any, args: Any) -> list[Any]:
     env: dict[Any, Any] = {}
 
@@ -45,6 +56,8 @@ def _eval(jaxpr: Any, consts: Any, args: Any) -> list[Any]:
         invals = [read(v) for v in eqn.invars]
         if eqn.primitive is lax.reduce_precision_p:
             outs = [_round_trip(invals[0], eqn.params["exponent_bits"], eqn.params["mantissa_bits"])]
+        elif eqn.primitive is lax.round_p and eqn.params["rounding_method"] == lax.RoundingMethod.TO_NEAREST_EVEN:
+            outs = [_round_half_even(invals[0])]
         elif eqn.primitive.name in ("jit", "pjit") and "jaxpr" in eqn.params:
             inner = eqn.params["jaxpr"]
             outs = _eval(inner.jaxpr, inner.consts, invals)
