@@ -126,10 +126,10 @@ def test_every_parity_op_lowers(op, dtype):
         inputs = op.make_inputs((4, 3, 40), 1, dtype, param_dtype=param_dtype)
         names = list(inputs)
 
-        def fwd(*a):
+        def fwd(*a, names=names):
             return op.call_jln(dict(zip(names, a, strict=True)), 1, impl="pallas")
 
-        def loss(*a):
+        def loss(*a, fwd=fwd):
             return sum(jnp.sum(o.astype(F32)) for o in fwd(*a))
 
         args = [jnp.asarray(v) for v in inputs.values()]

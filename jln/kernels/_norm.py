@@ -336,9 +336,11 @@ def _check_blocks(bs: pl.BlockSpec, shape: tuple[int, ...], grid: int, where: st
     computes the right numbers there, while a GPU reads past the array's end. The index maps
     are affine in the program id, so checking the first and the last program covers them all.
     """
+    index_map: Any = bs.index_map
+    block_shape: Any = bs.block_shape
     for i in {0, grid - 1}:
-        idx = bs.index_map(i)
-        for d, (b, blk, size) in enumerate(zip(idx, bs.block_shape, shape, strict=True)):
+        idx = index_map(i)
+        for d, (b, blk, size) in enumerate(zip(idx, block_shape, shape, strict=True)):
             start = int(b) * (1 if blk is None else int(blk))
             if not 0 <= start < max(size, 1):
                 raise AssertionError(
