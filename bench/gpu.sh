@@ -13,8 +13,9 @@
 #   tune.json    bench/gpu_tune.py: Pallas tilings at 32768x4096 bfloat16 against copy and XLA
 #   main.json    32768x4096 bfloat16: layer_norm, rms_norm, add_layer_norm, add_rms_norm;
 #   main.md      fwd, bwd (alone) and fwd+bwd; jln (auto, xla, pallas), flax, jnp, torch,
-#                torch.compile; copy in the same run
-#   sweep.json   GB/s against width 1024..16384 (32768 rows), bfloat16 and float32
+#                torch.compile; copy (XLA and torch device-to-device) in the same run
+#   sweep.json   layer_norm fwd and bwd against width 1024..16384 (32768 rows), bfloat16 and
+#                float32: jln xla and pallas, flax, torch
 #   log.txt      everything printed
 # Each part has a time budget (cases past it are recorded as skipped) and a hard timeout.
 set -uo pipefail
@@ -63,7 +64,7 @@ if [[ -n "$dry" ]]; then
   reps=(--reps 2 --warmup 1); sweep=(--rows 64 --widths 256,512); check_dtypes=f32
 else
   shape=(--rows 32768 --widths 4096); tune=(--rows 32768 --width 4096)
-  reps=(--reps 20 --warmup 3); sweep=(--rows 32768 --widths 4096,16384,1024); check_dtypes=bf16,f16,f32
+  reps=(--reps 20 --warmup 3); sweep=(--rows 32768 --widths 1024,4096,16384); check_dtypes=bf16,f16,f32
 fi
 
 if want check; then
@@ -82,14 +83,15 @@ if want main; then
   timeout -s TERM 170 $py -m jln.cli.bench "${shape[@]}" --dtypes bfloat16 \
     --ops layer_norm,rms_norm,add_layer_norm,add_rms_norm \
     --impls jln,jln-xla,jln-pallas,flax,jnp,torch,torch-compile --directions all \
-    "${reps[@]}" --budget-s 140 --compile-budget-s 45 --quiet \
+    "${reps[@]}" --budget-s 140 --compile-budget-s 45 --quiet --headline jln-pallas,jln \
     --title "jln bench: 32768x4096 bfloat16" --json "$out/main.json" --md "$out/main.md"
   echo "main exit $? after $((SECONDS - start)) s"
 fi
 
 if want sweep; then
-  timeout -s TERM 110 $py -m jln.cli.bench "${sweep[@]}" --dtypes bfloat16,float32 \
-    --ops layer_norm,rms_norm --impls jln,jln-xla,jln-pallas,flax,torch "${reps[@]}" --budget-s 90 --quiet \
+  timeout -s TERM 100 $py -m jln.cli.bench "${sweep[@]}" --dtypes bfloat16,float32 \
+    --ops layer_norm --impls jln-xla,jln-pallas,flax,torch --directions fwd,bwd "${reps[@]}" \
+    --budget-s 85 --quiet --headline jln-pallas \
     --title "jln bench: width sweep, 32768 rows" --json "$out/sweep.json"
   echo "sweep exit $? after $((SECONDS - start)) s"
 fi

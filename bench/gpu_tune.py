@@ -3,10 +3,11 @@
     python bench/gpu_tune.py OUT.json [--rows 32768] [--width 4096] [--dtype bfloat16]
 
 For one shape it times, in one process and on the same buffers:
-  * an elementwise copy of x (read x, write y: the memory floor, 2·M·N·b bytes);
+  * a copy of x (read x, write y: the memory floor, 2·M·N·b bytes), elementwise through XLA
+    and with torch's device-to-device copy where torch sees the GPU (the faster is the floor);
   * layer_norm and rms_norm through ``impl="xla"`` (jln's XLA path), forward and backward;
   * the same through ``impl="pallas"`` for each forward tiling ``(block_rows, num_warps)`` in
-    FWD_TILES and each backward ``(programs, num_warps)`` in BWD_TILES.
+    FWD_TILES and each backward ``(programs, block_rows, num_warps)`` in BWD_TILES.
 The backward is timed alone, from saved residuals, counting 3·M·N·b bytes (read x and dy,
 write dx). Each record holds median µs, GB/s and % of the copy's GB/s; the best tiling per
 kernel is printed last. ``jln.kernels._plan.gpu_blocks`` and ``GPU_BWD_PROGRAMS`` are
@@ -28,8 +29,8 @@ import jln
 from jln import _bench
 from jln.kernels import _plan
 
-FWD_TILES = [(1, 4), (1, 8), (1, 16), (2, 8), (2, 16), (4, 16)]
-BWD_TILES = [(128, 8), (256, 8), (256, 16), (512, 8), (512, 16), (1024, 8), (1024, 16), (2048, 8)]
+FWD_TILES = [(1, 4), (2, 8), (2, 16), (4, 8), (4, 16)]  # (block_rows, num_warps)
+BWD_TILES = [(512, 1, 8), (512, 2, 8), (512, 2, 16), (256, 2, 8), (1024, 2, 8), (512, 4, 16)]  # (programs, rows, warps)
 OPS = {
     "layer_norm": lambda x, s, b, impl: jln.layer_norm(x, s, b, impl=impl),
     "rms_norm": lambda x, s, b, impl: jln.rms_norm(x, s, impl=impl),
@@ -71,8 +72,21 @@ def main(argv: list[str] | None = None) -> int:
               f"{rec['pct_of_copy']:6.1f}% of copy", flush=True)
 
     t_copy = _timed(lambda x: -x, [(x,) for x in xs], a.reps)
-    copy_gbps = 2 * nb / t_copy / 1e9
-    record("copy", "copy", "xla", None, t_copy, 2 * nb, copy_gbps)
+    copies = {"xla": t_copy}
+    try:  # torch's device-to-device copy, where torch sees the GPU: the floor is the faster
+        import torch
+
+        if torch.cuda.is_available():
+            srcs = [torch.from_dlpack(x) for x in xs]
+            dsts = [torch.empty_like(t) for t in srcs]
+            copies["torch"] = _bench.time_calls(
+                lambda i: dsts[i].copy_(srcs[i]), len(xs), lambda _: torch.cuda.synchronize(),
+                reps=a.reps, warmup=3, min_sample_s=5e-3).median_s
+    except ImportError:
+        pass
+    copy_gbps = 2 * nb / min(copies.values()) / 1e9
+    for via, t in copies.items():
+        record("copy", "copy", via, None, t, 2 * nb, copy_gbps)
     for op, f in OPS.items():
         for impl in ("xla", "pallas"):
             fwd_tiles = FWD_TILES if impl == "pallas" else [None]
@@ -90,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             for tile in bwd_tiles:
                 try:
                     if tile is not None:
-                        programs, warps = tile
-                        _plan.gpu_blocks = lambda n_, d_, w=warps: (saved[0](n_, d_)[0], w)  # noqa: E731
+                        programs, rows, warps = tile
+                        _plan.gpu_blocks = lambda n_, d_, t=(rows, warps): t  # noqa: E731
                         _plan.GPU_BWD_PROGRAMS = programs
                     pull = jax.jit(lambda x, s, b, f=f, impl=impl: jax.vjp(lambda x, s, b: f(x, s, b, impl), x, s, b)[1])
                     args = [(pull(x, scale, bias), dy) for x, dy in zip(xs, dys, strict=True)]

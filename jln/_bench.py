@@ -1,7 +1,8 @@
 """Benchmark machinery shared by ``jln bench`` and the suites in ``bench/``.
 
 Norms are memory-bound, so every timing is also reported as effective bandwidth and as a
-percentage of an elementwise copy of the same bytes measured in the same run (the floor).
+percentage of a copy of the same bytes measured in the same run (the floor: an elementwise
+XLA copy, or torch's device-to-device copy when torch runs on the GPU and is faster).
 
 * Bytes moved (the minimum any implementation must move, :func:`bytes_moved`): forward reads
   x and writes y, ``2·M·N·b``; forward+backward reads x and dy and writes dx, ``3·M·N·b``; the
@@ -300,6 +301,7 @@ class _Runner:
         self.compile_spent = 0.0
         self.results: list[dict[str, Any]] = []
         self.copy_call: Callable[[int], Any] = lambda i: None
+        self.copy_sync: Callable[[Any], Any] = jax.block_until_ready
         self.skipped: list[dict[str, Any]] = []
         self.torch_device = self._torch_device() if any(i in impls.TORCH_IMPLS for i in cfg.impls) else None
 
@@ -442,19 +444,34 @@ class _Runner:
                 del data
 
     def copy_case(self, rows: int, width: int, dtype: str, data: dict[str, Any]) -> float | None:
+        """The floor: an elementwise copy of x's bytes (read x, write y) through XLA and, when
+        torch runs on the GPU, torch's device-to-device copy; the faster one is the floor (and
+        is re-timed after each case)."""
         self.progress(f"copy {rows}x{width} {dtype}")
         key = _case_key("copy", "copy", rows, width, dtype, "fwd")
         xs = [s["x"] for s in data["sets"]]
         compiled = jax.jit(lambda x: -x).lower(xs[0]).compile()
-        self.copy_call = lambda i: compiled(xs[i])
-        tm = self.timing(self.copy_call, len(xs), jax.block_until_ready)
+        calls: dict[str, tuple[Callable[[int], Any], Callable[[Any], Any]]] = {
+            "xla": (lambda i: compiled(xs[i]), jax.block_until_ready)}
+        if self.torch_device == "cuda":
+            import torch
+
+            srcs = [torch.from_dlpack(x) for x in xs]
+            dsts = [torch.empty_like(t) for t in srcs]
+            calls["torch"] = (lambda i: dsts[i].copy_(srcs[i]), lambda _: torch.cuda.synchronize())
         nbytes = 2 * rows * width * jnp.dtype(dtype).itemsize
+        by: dict[str, Timing] = {name: self.timing(call, len(xs), sync) for name, (call, sync) in calls.items()}
+        via = min(by, key=lambda name: by[name].median_s)
+        tm = by[via]
+        call, sync = calls[via]
+        self.copy_call, self.copy_sync = call, sync
         gbps = nbytes / tm.median_s / 1e9
         self.results.append({**key, "median_us": tm.median_s * 1e6, "min_us": tm.min_s * 1e6,
                              "gbps": gbps, "pct_of_copy": 100.0,
                              "compile_s": None, "residual_bytes_per_elem": None, "bytes": nbytes,
                              "floor_us": tm.median_s * 1e6, "n_buffers": len(xs), "inner": tm.inner,
-                             "reps": tm.samples})
+                             "reps": tm.samples, "via": via,
+                             **{f"{name}_gbps": nbytes / t.median_s / 1e9 for name, t in by.items()}})
         return gbps
 
     def one(self, impl: str, op: str, rows: int, width: int, dtype: str, direction: str,
@@ -484,7 +501,7 @@ class _Runner:
         # The floor is re-measured right after each case on the same buffers, so a shared or
         # throttling machine shifts both numbers together; the better of the two copy timings
         # (this one and the width's first) is the reference.
-        again = self.timing(self.copy_call, len(data["sets"]), jax.block_until_ready)
+        again = self.timing(self.copy_call, len(data["sets"]), self.copy_sync)
         copy_gbps = max(copy_gbps or 0.0, 2 * rows * width * itemsize / again.median_s / 1e9) or None
         self.results.append({
             **key,
@@ -574,8 +591,12 @@ def _fmt(v: float | None, spec: str = ".2f") -> str:
     return "–" if v is None else format(v, spec)
 
 
-def markdown(report: dict[str, Any], *, title: str = "jln bench", command: str | None = None) -> str:
-    """A short markdown summary: device, versions, ratio table, per-width layer_norm detail."""
+def markdown(
+    report: dict[str, Any], *, title: str = "jln bench", command: str | None = None,
+    headline: Sequence[str] = ("jln",),
+) -> str:
+    """A short markdown summary: device, versions, a ratio table per ``headline`` impl (its time
+    against the others'), per-width layer_norm detail."""
     d, v = report["device"], report["versions"]
     dev = d["name"] if d["platform"] == "cpu" else f"{d['kind']} (host CPU: {d['cpu']})"
     lines = [
@@ -592,21 +613,33 @@ def markdown(report: dict[str, Any], *, title: str = "jln bench", command: str |
         "Ratios are **jln time ÷ other time** (geometric mean over widths; below 1 means jln is "
         "faster); *jln* is the public ops as users call them (`impl=\"auto\"`: the native "
         "kernels on a single-device CPU where they apply, else XLA), *jln-xla* forces the XLA "
-        "path. *% copy* is jln's effective bandwidth as a share of an elementwise copy of the "
-        "same bytes in the same run (100% = at the memory floor). *B/elem* is what reverse mode "
-        "saves for the backward pass per input element, jln / flax.",
-        "",
-        "| op | dtype | dir | vs flax | vs flax 2-pass | vs jnp | vs tokamax | vs torch | vs torch.compile | vs jln-xla | jln % copy | B/elem jln / flax |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "path. *% copy* is jln's effective bandwidth as a share of a copy of the same bytes in "
+        "the same run (100% = at the memory floor; the faster of an elementwise XLA copy and, "
+        "on GPUs, torch's device-to-device copy). *B/elem* is what reverse mode saves for the "
+        "backward pass per input element, jln / flax. Directions: *fwd* the forward, *bwd* the "
+        "reverse pass alone from saved residuals, *fwd+bwd* both in one call; *bwd* and "
+        "*fwd+bwd* count the backward's bytes (read x and dy, write dx).",
     ]
-    for r in ratios(report):
-        res = f"{_fmt(r['residual'], '.1f')} / {_fmt(r.get('flax_residual'), '.1f')}"
-        lines.append(
-            f"| {r['op']} | {r['dtype']} | {r['direction']} | {_fmt(r.get('flax'))} | "
-            f"{_fmt(r.get('flax-2pass'))} | {_fmt(r.get('jnp'))} | {_fmt(r.get('tokamax'))} | "
-            f"{_fmt(r.get('torch'))} | {_fmt(r.get('torch-compile'))} | {_fmt(r.get('jln-xla'))} | "
-            f"{_fmt(r['pct_of_copy'], '.0f')} | {res} |"
-        )
+    for head in headline:
+        present = {r["impl"] for r in report["results"]}
+        others = ["flax", "flax-2pass", "jnp", "tokamax", "torch", "torch-compile", "jln-xla", "jln-pallas",
+                  "jln-native", "jln"]
+        others = [o for o in others if o != head and o in present]
+        labels = [o.replace("torch-compile", "torch.compile").replace("flax-2pass", "flax 2-pass") for o in others]
+        lines += [
+            "",
+            f"**{head}** time ÷ other time:" if head != "jln" else "**jln** (impl=\"auto\") time ÷ other time:",
+            "",
+            "| op | dtype | dir | " + " | ".join(f"vs {lab}" for lab in labels) + f" | {head} % copy | B/elem {head} / flax |",
+            "|---|---|---|" + "---|" * (len(others) + 2),
+        ]
+        for r in ratios(report, head):
+            res = f"{_fmt(r['residual'], '.1f')} / {_fmt(r.get('flax_residual'), '.1f')}"
+            lines.append(
+                f"| {r['op']} | {r['dtype']} | {r['direction']} | "
+                + " | ".join(_fmt(r.get(o)) for o in others)
+                + f" | {_fmt(r['pct_of_copy'], '.0f')} | {res} |"
+            )
     idx = _index(report["results"])
     detail = sorted({(tuple(r["shape"]), r["dtype"]) for r in report["results"] if r["op"] == "layer_norm"},
                     key=lambda t: (t[1], t[0][1]))

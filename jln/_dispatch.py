@@ -61,12 +61,18 @@ def apply(
     static: dict[str, Any],
     axis_name: Any = None,
     axis_index_groups: Any = None,
+    addends: tuple[Any, Any] | None = None,
 ) -> Any:
     """Run one norm call: the XLA ``body`` or the kernel ``jln.kernels.<kernel>``.
 
     Both take ``(x, *operands, **static)`` plus, only when set, the distributed statistics
     (``axis_name``), which kernels see only if ``unsupported_reason`` declared support. An
     ``x`` sharded over explicit mesh axes runs on its local blocks (:mod:`jln._distributed`).
+
+    ``addends = (a, b)`` marks ``x`` as the residual sum ``a + b`` (``add_*_norm``): the call
+    then returns ``(y, s)``, where the Pallas kernels read ``a`` and ``b`` and write ``s``
+    themselves (one pass instead of an XLA add and a kernel), and every other path returns
+    ``x`` as ``s``.
     """
     dist = {} if axis_name is None else dict(axis_name=axis_name, axis_index_groups=axis_index_groups)
     path = choose(impl, fn, op, x, axis_name, operands, **static)
@@ -76,14 +82,18 @@ def apply(
         def local(xl: Any, *ops: Any, axis_name: Any) -> Any:
             return apply(fn, impl, op, body, kernel, xl, ops, static, axis_name)
 
-        return _distributed.run_local(local, layout, static["axes"], x, *operands)  # type: ignore[arg-type]
+        y = _distributed.run_local(local, layout, static["axes"], x, *operands)  # type: ignore[arg-type]
+        return y if addends is None else (y, x)
     with jax.named_scope(fn):
         if path == "pallas":
             from jln import kernels
 
-            return getattr(kernels, kernel)(x, *operands, **static, **dist)
+            fused = {} if addends is None else {"addends": addends}
+            return getattr(kernels, kernel)(x, *operands, **static, **dist, **fused)
         if path == "native":
             from jln.kernels import _cpu
 
-            return getattr(_cpu, kernel)(x, *operands, **static)
-        return body(x, *operands, **static, **dist)
+            y = getattr(_cpu, kernel)(x, *operands, **static)
+        else:
+            y = body(x, *operands, **static, **dist)
+        return y if addends is None else (y, x)

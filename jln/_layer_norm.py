@@ -120,12 +120,14 @@ def ln_apply(
     mod_dtype: Any = None,
     axis_name: Any = None,
     axis_index_groups: Any = None,
-) -> Array:
-    """Run the LayerNorm contract through XLA (:func:`ln_body`) or a Pallas kernel."""
+    addends: tuple[Array, Array] | None = None,
+) -> Any:
+    """Run the LayerNorm contract through XLA (:func:`ln_body`) or a Pallas kernel; with
+    ``addends`` (``x`` being their sum), ``(y, s)`` (see :func:`jln._dispatch.apply`)."""
     static = dict(axes=axes, eps=eps, out_dtype=out_dtype, mod_offset=mod_offset, mod_dtype=mod_dtype)
     return _dispatch.apply(
         fn, impl, "layer_norm", ln_body, "ln", x, (scale, bias, shift, mscale), static,
-        axis_name, axis_index_groups,
+        axis_name, axis_index_groups, addends,
     )
 
 
@@ -275,8 +277,8 @@ def add_layer_norm(
     s = residual_sum(fn, x, residual, residual_in_fp32)
     axes, eps_f, sc, b = prepare(fn, s, scale, bias, axis, eps)
     name, groups = _checks.check_axis_name(axis_name, axis_index_groups, fn)
-    y = ln_apply(
+    y, s = ln_apply(
         fn, impl, s, sc, b, None, None, axes=axes, eps=eps_f, out_dtype=x.dtype,
-        axis_name=name, axis_index_groups=groups,
+        axis_name=name, axis_index_groups=groups, addends=(x, residual),
     )
     return y, s

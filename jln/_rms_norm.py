@@ -185,11 +185,13 @@ def rms_apply(
     out_dtype: Any,
     axis_name: Any = None,
     axis_index_groups: Any = None,
-) -> Array:
-    """Run an RMSNorm convention through XLA (:func:`rms_body`) or a Pallas kernel."""
+    addends: tuple[Array, Array] | None = None,
+) -> Any:
+    """Run an RMSNorm convention through XLA (:func:`rms_body`) or a Pallas kernel; with
+    ``addends`` (``x`` being their sum), ``(y, s)`` (see :func:`jln._dispatch.apply`)."""
     static = dict(axes=axes, eps=eps, convention=convention, io_dtype=io_dtype, out_dtype=out_dtype)
     return _dispatch.apply(
-        fn, impl, "rms_norm", rms_body, "rms", x, (scale, bias), static, axis_name, axis_index_groups
+        fn, impl, "rms_norm", rms_body, "rms", x, (scale, bias), static, axis_name, axis_index_groups, addends
     )
 
 
@@ -338,8 +340,8 @@ def add_rms_norm(
     # the norm reads s unrounded (float32 with residual_in_fp32); its result takes the dtype
     # the convention gives for an x.dtype input
     name, groups = _checks.check_axis_name(axis_name, axis_index_groups, fn)
-    y = rms_apply(
+    y, s = rms_apply(
         fn, impl, s, sc, None, axes=axes, eps=eps_f, convention=conv, io_dtype=s.dtype, out_dtype=out,
-        axis_name=name, axis_index_groups=groups,
+        axis_name=name, axis_index_groups=groups, addends=(x, residual),
     )
     return y, s

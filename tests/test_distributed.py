@@ -189,7 +189,9 @@ def test_shard_map_collectives(results: dict) -> None:
     assert h["layer_norm_fwd"] == ["all-gather"]
     assert sorted(h["layer_norm"]) == ["all-gather", "reduce-scatter"]
     assert h["rms_norm_torch_fwd"] == ["all-reduce"]
-    assert h["rms_norm_torch"] == ["all-reduce"]
+    # forward+backward: the sum of squares and the backward's projection, both per-row vectors;
+    # jax 0.10 emits them as one all-reduce, jax 0.11.2 as two (never a gather of x)
+    assert set(h["rms_norm_torch"]) == {"all-reduce"} and len(h["rms_norm_torch"]) <= 2
 
 
 def test_reverse_mode_saves_only_x_and_row_statistics(results: dict) -> None:

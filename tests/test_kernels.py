@@ -133,6 +133,51 @@ def test_add_norms(dtype):
     _compare(add_rms, (x, r, scale), dtype, probe, "add_rms_norm")
 
 
+@pytest.mark.parametrize(
+    "x_dtype, r_dtype, fp32", [(BF16, F32, False), (F16, F16, True), (BF16, BF16, True), (F16, BF16, False)], ids=str
+)
+def test_fused_add_dtypes(x_dtype, r_dtype, fp32):
+    # the kernel adds x and the residual itself: s in the promoted dtype (float32 with
+    # residual_in_fp32), rounded as the XLA path's add; gradients of x and the residual in
+    # their own dtypes; y and s checked apart (no sum that could hide one of them)
+    x, scale, bias, probe = _data((3, 4, 40), x_dtype)
+    r = (0.7 * jax.random.normal(jax.random.key(9), x.shape)).astype(r_dtype)
+    tol = max(_tol(x_dtype), _tol(r_dtype))
+    for which in (0, 1):
+
+        def fn(x, r, s, b, impl, which=which):
+            return jln.add_layer_norm(x, r, s, b, residual_in_fp32=fp32, impl=impl)[which]
+
+        outs = {impl: fn(x, r, scale, bias, impl) for impl in ("pallas", "xla")}
+        assert outs["pallas"].dtype == outs["xla"].dtype
+        _close(outs["pallas"], outs["xla"], tol, f"add_layer_norm output {which}")
+    def loss(impl, x, r, s):
+        y, h = jln.add_rms_norm(x, r, s, residual_in_fp32=fp32, impl=impl)
+        return jnp.sum(y.astype(F32) * probe) + jnp.sum(h.astype(F32) * probe[::-1])
+
+    gp = jax.grad(lambda *a: loss("pallas", *a), (0, 1, 2))(x, r, scale)
+    gx = jax.grad(lambda *a: loss("xla", *a), (0, 1, 2))(x, r, scale)
+    for i, (p, q) in enumerate(zip(gp, gx, strict=True)):
+        assert p.dtype == q.dtype
+        _close(p, q, max(_grad_tol(x_dtype), _grad_tol(r_dtype)), f"add_rms_norm grad {i}")
+
+
+def test_fused_add_under_vmap_and_chunks(monkeypatch):
+    _chunked(monkeypatch, 2)
+    x, scale, bias, probe = _data((3, 7, 24), F32)
+    r = x[::-1] * 0.5
+
+    def f(impl):
+        def one(x, r):
+            y, s = jln.add_layer_norm(x, r, scale, bias, impl=impl)
+            return jnp.sum(y * probe[0]) + jnp.sum(s * s)
+
+        return jax.vmap(jax.grad(one, (0, 1)))(x, r)
+
+    for p, q in zip(f("pallas"), f("xla"), strict=True):
+        _close(p, q, 2e-5, "vmap(grad(add_layer_norm))")
+
+
 # tokens=8: one condition row per block (a group operand); 5: materialized per row
 @pytest.mark.parametrize("dtype, tokens", [(F32, 8), (BF16, 8), (F16, 8), (F32, 5)], ids=str)
 def test_adaptive_layer_norm(dtype, tokens):

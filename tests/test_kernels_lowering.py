@@ -10,6 +10,8 @@ the GPU then compiles and computes is checked by ``bench/gpu_check.py`` on a GPU
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -86,7 +88,11 @@ def test_add_norms_lower():
     for fn, k in ((add_ln, 2), (add_rms, 1)):
         x = _sds((4, 1000), BF16)
         params = [_sds((1000,), BF16)] * k
-        assert _lower(fn, x, x, *params).count(TRITON) == 1
+        text = _lower(fn, x, x, *params)
+        assert text.count(TRITON) == 1
+        # the add is fused: the kernel reads x and the residual (and the parameters) itself
+        call = re.search(re.escape(TRITON) + r"\(([^)]*)\)", text)
+        assert call is not None and len(call.group(1).split(",")) == 2 + k
         grad = jax.grad(lambda *a, fn=fn: jnp.sum(fn(*a).astype(F32)), argnums=tuple(range(2 + k)))
         assert _lower(grad, x, x, *params).count(TRITON) == 2
 

@@ -101,6 +101,8 @@ def _parser() -> _Parser:
     p.add_argument("--md", metavar="PATH", help="write a markdown summary table")
     p.add_argument("--from-json", metavar="PATH", help="run nothing: re-render --md/--plot from a saved report")
     p.add_argument("--title", help="heading of the markdown summary (default: 'jln bench')")
+    p.add_argument("--headline", type=_choices("impl", _bench_impls.IMPLS),
+                   help="impls whose time the markdown compares with the others, a table each (default jln)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -214,11 +216,15 @@ def _write(report: dict[str, Any], args: argparse.Namespace, command: str | None
             f.write("\n")
     if args.md:
         with open(args.md, "w") as f:
-            f.write(_bench.markdown(report, title=_title(report, args), command=command))
+            f.write(_bench.markdown(report, title=_title(report, args), command=command, headline=_headline(args)))
     if args.plot:
         _bench.plot(report, args.plot)
     if not (args.json or args.md or args.plot):
-        print(_bench.markdown(report, title=_title(report, args), command=command))
+        print(_bench.markdown(report, title=_title(report, args), command=command, headline=_headline(args)))
+
+
+def _headline(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(args.headline or ("jln",))
 
 
 def _title(report: dict[str, Any], args: argparse.Namespace) -> str:

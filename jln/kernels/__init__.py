@@ -102,17 +102,29 @@ def _prepare(c: Array, x_shape: tuple[int, ...], k: int, n: int) -> Array:
     return c.reshape(c.shape[:k] + (n,))
 
 
-def _run(op: str, x: Array, named: dict[str, Array | None], axes: tuple[int, ...], static: dict[str, Any]) -> Array:
+def _run(
+    op: str, x: Array, named: dict[str, Array | None], axes: tuple[int, ...], static: dict[str, Any],
+    addends: tuple[Array, Array] | None = None,
+) -> Any:
+    """The kernel call on ``x`` (``[*rows, *normalized]``); with ``addends = (a, b)``, ``x`` is
+    their sum ``s`` as the XLA path computes it (only its shape and dtype are used) and the
+    kernel reads ``a`` and ``b``, returning ``(y, s)``."""
     k = x.ndim - len(axes)
     rows, n = math.prod(x.shape[:k]), math.prod(x.shape[k:])
     target, interpret = _target()
     present = {name: c for name, c in named.items() if c is not None}
     arrays = [_prepare(c, x.shape, k, n) for c in present.values()]
     plan = _plan.make_plan(target, interpret, rows, n, x.dtype, ())  # redone per call by _norm.localize
-    spec = _norm.Spec(op, plan, tuple(present), (), tuple(sorted(static.items())))
-    # the row axes stay separate, so a sharding of any of them carries over to the kernel call
-    y = _norm.call(spec, x.reshape(x.shape[:k] + (n,)), *arrays)
-    return y.reshape(x.shape)
+    add = None if addends is None else (jnp.dtype(x.dtype), jnp.dtype(addends[0].dtype), jnp.dtype(addends[1].dtype))
+    spec = _norm.Spec(op, plan, tuple(present), (), tuple(sorted(static.items())), add)
+
+    def flat(a: Array) -> Array:  # the row axes stay separate, so their sharding carries over
+        return a.reshape(x.shape[:k] + (n,))
+
+    if addends is None:
+        return _norm.call(spec, flat(x), *arrays).reshape(x.shape)
+    y, s = _norm.call_add(spec, flat(addends[0]), flat(addends[1]), *arrays)
+    return y.reshape(x.shape), s.reshape(x.shape)
 
 
 def ln(
@@ -127,15 +139,20 @@ def ln(
     out_dtype: Any,
     mod_offset: float,
     mod_dtype: Any,
-) -> Array:
-    """The kernel path of :func:`jln._layer_norm.ln_body` (same arguments, same result)."""
+    addends: tuple[Array, Array] | None = None,
+) -> Any:
+    """The kernel path of :func:`jln._layer_norm.ln_body` (same arguments, same result).
+
+    With ``addends = (a, b)`` (``x`` being ``a + b`` as the XLA path adds them), the kernel
+    fuses the residual add and returns ``(y, s)``."""
     static = dict(axes=axes, eps=eps, out_dtype=out_dtype, mod_offset=mod_offset, mod_dtype=mod_dtype)
     if x.size == 0:  # no rows: nothing for a kernel to do
-        return _layer_norm.ln_body(x, scale, bias, shift, mscale, **static)
+        y = _layer_norm.ln_body(x, scale, bias, shift, mscale, **static)
+        return y if addends is None else (y, x)
     kw = dict(eps=eps, out_dtype=jnp.dtype(out_dtype), mod_offset=mod_offset,
               mod_dtype=None if mod_dtype is None else jnp.dtype(mod_dtype))
     named = dict(scale=scale, bias=bias, shift=shift, mscale=mscale)
-    return _run("ln", x, named, axes, kw)
+    return _run("ln", x, named, axes, kw, addends)
 
 
 def rms(
@@ -148,11 +165,14 @@ def rms(
     convention: str,
     io_dtype: Any,
     out_dtype: Any,
-) -> Array:
-    """The kernel path of :func:`jln._rms_norm.rms_body` (same arguments, same result)."""
+    addends: tuple[Array, Array] | None = None,
+) -> Any:
+    """The kernel path of :func:`jln._rms_norm.rms_body` (same arguments, same result; with
+    ``addends``, the fused residual add as in :func:`ln`)."""
     static = dict(axes=axes, eps=eps, convention=convention, io_dtype=io_dtype, out_dtype=out_dtype)
     if x.size == 0:
-        return _rms_norm.rms_body(x, scale, bias, **static)
+        y = _rms_norm.rms_body(x, scale, bias, **static)
+        return y if addends is None else (y, x)
     kw = dict(eps=eps, convention=convention, io_dtype=jnp.dtype(io_dtype), out_dtype=jnp.dtype(out_dtype),
               scale_dtype=None if scale is None else jnp.dtype(scale.dtype))
-    return _run("rms", x, dict(scale=scale, bias=bias), axes, kw)
+    return _run("rms", x, dict(scale=scale, bias=bias), axes, kw, addends)

@@ -55,10 +55,19 @@ class Spec:
     names: tuple[str, ...]  # which optional operands are present, in slot order
     kinds: tuple[tuple[str, int], ...]  # (kind, rows per group) per present operand (see localize)
     static: tuple[tuple[str, Any], ...]  # the core body's keyword arguments
+    # fused residual add: (s dtype, x dtype, residual dtype); the kernel reads x and the
+    # residual, writes s = x + residual and normalizes s (the backward adds ds to ds's
+    # cotangent from the norm)
+    add: tuple[Any, Any, Any] | None = None
 
     @property
     def kw(self) -> dict[str, Any]:
         return dict(self.static)
+
+    @property
+    def n_x(self) -> int:
+        """Inputs laid out like ``x``: ``x`` (and the residual, with a fused add)."""
+        return 1 if self.add is None else 2
 
 
 # ----------------------------------------------------------------------------- memory access
@@ -127,19 +136,24 @@ def _load_operands(spec: Spec, refs: Any, rows_ok: Array, cols_ok: Array | None)
 # ----------------------------------------------------------------------------- statistics
 
 
-def _pivot(x: Array, cols_ok: Array | None) -> Array:
-    # mirrors jln._stats._pivot: the row's first element (a masked sum, since Triton tiles
-    # cannot be sliced)
-    first = lax.broadcasted_iota(jnp.int32, (1, x.shape[1]), 1) == 0
-    return _row_sum(jnp.where(first, x, 0.0))
+def _first_column(plan: Plan, ref: Any, x: Array, rows_ok: Array, rows: Any = None) -> Array:
+    """Each row's first element as float32 ``[br, 1]``: the pivot of :func:`jln._stats._pivot`.
+
+    Triton tiles cannot be sliced, and a masked row sum would cost one more cross-warp
+    reduction per row, so on GPUs the column is read again from ``ref`` (a cached line); on
+    TPUs the loaded block is sliced. ``rows`` selects the block's rows of ``ref`` (one
+    indexer: Triton refs take no chained ``.at``)."""
+    if plan.target == "gpu":
+        return _load(plan, ref.at[slice(None) if rows is None else rows, pl.ds(0, 1)], rows_ok).astype(F32)
+    return x[:, :1]
 
 
-def _ln_centered(x: Array, cols_ok: Array | None, n: int) -> tuple[Array, Array, Array]:
+def _ln_centered(x: Array, pivot: Array, cols_ok: Array | None, n: int) -> tuple[Array, Array, Array]:
     """``(m, d, var)``: mirrors :func:`jln._stats.centered` over the ``n`` valid columns.
 
     ``m`` is the mean about the pivot (what the core saves as ``jln.mean``); ``d = x - pivot - m``.
     """
-    xs = _zero_outside(cols_ok, x - _pivot(x, cols_ok))
+    xs = _zero_outside(cols_ok, x - pivot)
     m = _row_sum(xs) / n
     d = _zero_outside(cols_ok, xs - m)
     return m, d, _row_sum(d * d) / n
@@ -194,15 +208,31 @@ def _seed_denominator(spec: Spec, sum_sq: Array) -> Array:
 # ----------------------------------------------------------------------------- kernels
 
 
+def _round(v: Array, dtype: Any) -> Array:
+    """``v`` rounded to ``dtype`` and widened back (inside a kernel a cast round trip is kept)."""
+    return v if jnp.dtype(dtype).itemsize >= 4 else v.astype(dtype).astype(F32)
+
+
 def _fwd_kernel(spec: Spec, *refs: Any) -> None:
-    plan, k = spec.plan, len(spec.kinds)
-    x_ref, op_refs, out_refs = refs[0], refs[1 : 1 + k], refs[1 + k :]
+    plan, k, nx = spec.plan, len(spec.kinds), spec.n_x
+    x_refs, op_refs, out_refs = refs[:nx], refs[nx : nx + k], refs[nx + k :]
     rows_ok, cols_ok = _masks(plan)
     # GPU: rows past the end must not be read; TPU: their (unspecified) values are never stored
-    x = _load(plan, x_ref, _and(rows_ok, cols_ok) if plan.target == "gpu" else None).astype(F32)
+    mask = _and(rows_ok, cols_ok) if plan.target == "gpu" else None
+    x = _load(plan, x_refs[0], mask).astype(F32)
+    pivot = _first_column(plan, x_refs[0], x, rows_ok) if spec.op == "ln" else None
+    if spec.add is not None:  # s = x + residual, rounded to s's dtype as the XLA path's add
+        s_dtype = spec.add[0]
+        r = _load(plan, x_refs[1], mask).astype(F32)
+        x = _round(x + r, s_dtype)
+        if pivot is not None:
+            pivot = _round(pivot + _first_column(plan, x_refs[1], r, rows_ok), s_dtype)
+        s_ref, out_refs = out_refs[1], (out_refs[0], *out_refs[2:])
+        _store(plan, s_ref, x, _and(rows_ok, cols_ok))
     ops = _load_operands(spec, op_refs, rows_ok, cols_ok)
     if spec.op == "ln":
-        m, d, var = _ln_centered(x, cols_ok, plan.n)
+        assert pivot is not None
+        m, d, var = _ln_centered(x, pivot, cols_ok, plan.n)
         rstd = _rstd(var, spec.kw["eps"])
         y = _tail(spec)(d * rstd, *ops)
         y_ref, m_ref, rstd_ref = out_refs
@@ -227,15 +257,17 @@ def _bwd_block(spec: Spec, refs: Any, r0: Any, first_row: Any) -> list[Array | N
     cotangents (``[1, W]`` float32; ``None`` for per-row operands)."""
     plan, k = spec.plan, len(spec.kinds)
     n_stats = 2 if spec.op == "ln" else 1
+    n_in = 2 if spec.add is None else 3  # x (s with a fused add), dy (and ds)
     br = plan.block_rows
+    rows = None if plan.chunk == br else pl.ds(r0, br)
 
     def at(ref: Any) -> Any:  # this block's rows of a per-row ref
-        return ref if plan.chunk == br else ref.at[pl.ds(r0, br), :]
+        return ref if rows is None else ref.at[rows, :]
 
     x_ref, dy_ref = at(refs[0]), at(refs[1])
-    stat_refs = [at(r) for r in refs[2 : 2 + n_stats]]
-    op_refs = [at(r) if kind == ROW else r for r, (kind, _) in zip(refs[2 + n_stats : 2 + n_stats + k], spec.kinds, strict=True)]
-    dx_ref, dop_refs = at(refs[2 + n_stats + k]), refs[3 + n_stats + k :]
+    stat_refs = [at(r) for r in refs[n_in : n_in + n_stats]]
+    op_refs = [at(r) if kind == ROW else r for r, (kind, _) in zip(refs[n_in + n_stats : n_in + n_stats + k], spec.kinds, strict=True)]
+    dx_ref, dop_refs = at(refs[n_in + n_stats + k]), refs[n_in + 1 + n_stats + k :]
     rows_ok, cols_ok = _masks(plan, first_row)
     valid = _and(rows_ok, cols_ok)
     # rows past the end are zeroed (x, dy, statistics), so they add nothing to the partials
@@ -246,7 +278,7 @@ def _bwd_block(spec: Spec, refs: Any, r0: Any, first_row: Any) -> list[Array | N
     stats = [_load(plan, r, rows_ok) for r in stat_refs]
     if spec.op == "ln":
         m, rstd = stats
-        xhat = _zero_outside(cols_ok, (x - _pivot(x, cols_ok) - m) * rstd)
+        xhat = _zero_outside(cols_ok, (x - _first_column(plan, refs[0], x, rows_ok, rows) - m) * rstd)
     elif seed:
         (denom,) = stats
         denom = jnp.where(rows_ok, denom, 1.0)
@@ -266,6 +298,8 @@ def _bwd_block(spec: Spec, refs: Any, r0: Any, first_row: Any) -> list[Array | N
         dx = jnp.where(denom > spec.kw["eps"], g - proj, g) / denom
     else:
         dx = rstd * (g - proj)
+    if spec.add is not None:  # s's cotangent: the norm's, rounded to s's dtype, plus ds
+        dx = _round(dx, spec.add[0]) + _load(plan, at(refs[2]), valid).astype(F32)
     _store(plan, dx_ref, dx, valid)
     partials: list[Array | None] = []
     for ref, dop, (kind, _) in zip(dop_refs, dops, spec.kinds, strict=True):
@@ -378,7 +412,7 @@ def _pallas(
     )
 
 
-def _forward(spec: Spec, x: Array, ops: tuple[Array, ...]) -> tuple[Array, list[Array]]:
+def _forward(spec: Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> tuple[Array, ...]:
     plan = spec.plan
     kw = spec.kw
     if spec.op == "ln":
@@ -388,23 +422,28 @@ def _forward(spec: Spec, x: Array, ops: tuple[Array, ...]) -> tuple[Array, list[
         y_dtype = kw["out_dtype"]
     n_stats = 2 if spec.op == "ln" else 1
     stat = jax.ShapeDtypeStruct((plan.rows, 1), F32)
+    x_like = [jax.ShapeDtypeStruct((plan.rows, plan.n), y_dtype)]
+    if spec.add is not None:
+        x_like.append(jax.ShapeDtypeStruct((plan.rows, plan.n), spec.add[0]))
     outs = _pallas(
         spec,
         _fwd_kernel,
         plan.num_blocks,
-        [_row_spec(plan)] + [_operand_spec(plan, kd, t) for kd, t in spec.kinds],
-        [_row_spec(plan)] + [_stat_spec(plan)] * n_stats,
-        [jax.ShapeDtypeStruct((plan.rows, plan.n), y_dtype)] + [stat] * n_stats,
-        [x, *ops],
-    )(x, *ops)
-    return outs[0], list(outs[1:])
+        [_row_spec(plan)] * len(xs) + [_operand_spec(plan, kd, t) for kd, t in spec.kinds],
+        [_row_spec(plan)] * len(x_like) + [_stat_spec(plan)] * n_stats,
+        x_like + [stat] * n_stats,
+        [*xs, *ops],
+    )(*xs, *ops)
+    return tuple(outs)
 
 
 def _backward(
-    spec: Spec, x: Array, stats: list[Array], ops: tuple[Array, ...], dy: Array, cast_params: bool = True
+    spec: Spec, x: Array, stats: list[Array], ops: tuple[Array, ...], dy: Array, cast_params: bool = True,
+    ds: Array | None = None,
 ) -> tuple[Array, ...]:
     plan = spec.plan
     c = plan.chunk
+    dys = [x, dy] + ([] if ds is None else [ds])
     partial = jax.ShapeDtypeStruct((plan.num_chunks, 1, plan.n), F32)
     out_shape = [jax.ShapeDtypeStruct(x.shape, x.dtype)]
     out_specs = [_row_spec(plan, c)]
@@ -415,13 +454,13 @@ def _backward(
         spec,
         _bwd_kernel,
         plan.num_chunks,
-        [_row_spec(plan, c), _row_spec(plan, c)]
+        [_row_spec(plan, c)] * len(dys)
         + [_stat_spec(plan, c)] * len(stats)
         + [_operand_spec(plan, kd, t, c) for kd, t in spec.kinds],
         out_specs,
         out_shape,
-        [x, dy, *stats, *ops],
-    )(x, dy, *stats, *ops)
+        [*dys, *stats, *ops],
+    )(*dys, *stats, *ops)
     dx, parts = outs[0], outs[1:]
     grads = []
     for op, part, (kind, t) in zip(ops, parts, spec.kinds, strict=True):
@@ -479,18 +518,22 @@ def _flat_op(spec: Spec, op: Array, kind: str, materialize: bool, x_shape: tuple
     return op.reshape(-1, 1, n)  # param [1, 1, n] or group [G, 1, n]
 
 
-def forward_nd(spec: Spec, x: Array, ops: tuple[Array, ...]) -> tuple[Array, ...]:
-    """``(y, *stats)`` for ``x [*lead, n]`` and operands broadcastable against it (see
-    :func:`localize`); statistics are ``[*lead, 1]``."""
+def forward_nd(spec: Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> tuple[Array, ...]:
+    """``(y, [s,] *stats)`` for ``xs``: ``(x,)`` or, with a fused add, ``(x, residual)``, each
+    ``[*lead, n]``, and operands broadcastable against them (see :func:`localize`); statistics
+    are ``[*lead, 1]``."""
+    x = xs[0]
     lead = x.shape[:-1]
     spec, mat = localize(spec, x.shape, [o.shape for o in ops], x.dtype)
     flat = tuple(_flat_op(spec, o, kd, m, x.shape) for o, (kd, _), m in zip(ops, spec.kinds, mat, strict=True))
-    y, stats = _forward(spec, x.reshape(-1, spec.plan.n), flat)
-    return (y.reshape(x.shape), *(st.reshape(lead + (1,)) for st in stats))
+    outs = _forward(spec, tuple(a.reshape(-1, spec.plan.n) for a in xs), flat)
+    n_x = spec.n_x
+    return (*(o.reshape(x.shape) for o in outs[:n_x]), *(st.reshape(lead + (1,)) for st in outs[n_x:]))
 
 
 def backward_nd(
-    spec: Spec, x: Array, dy: Array, stats: tuple[Array, ...], ops: tuple[Array, ...], cast_params: bool = True
+    spec: Spec, x: Array, dy: Array, stats: tuple[Array, ...], ops: tuple[Array, ...], cast_params: bool = True,
+    ds: Array | None = None,
 ) -> tuple[Array, ...]:
     """``(dx, *d_ops)`` for the layout of :func:`forward_nd`, each ``d_op`` of its operand's
     shape; gradients of broadcast operands are this call's float32 partial sums (summed over
@@ -499,7 +542,8 @@ def backward_nd(
     n = spec.plan.n
     flat = tuple(_flat_op(spec, o, kd, m, x.shape) for o, (kd, _), m in zip(ops, spec.kinds, mat, strict=True))
     outs = _backward(
-        spec, x.reshape(-1, n), [st.reshape(-1, 1) for st in stats], flat, dy.reshape(-1, n), cast_params
+        spec, x.reshape(-1, n), [st.reshape(-1, 1) for st in stats], flat, dy.reshape(-1, n), cast_params,
+        None if ds is None else ds.reshape(-1, n),
     )
     dops = []
     for d, o, m in zip(outs[1:], ops, mat, strict=True):
@@ -522,13 +566,13 @@ def call(spec: Spec, x: Array, *ops: Array) -> Array:
     so XLA's partitioner can split the rows across devices."""
     from jln.kernels import _partition
 
-    return _partition.forward(spec, x, ops)[0]
+    return _partition.forward(spec, (x,), ops)[0]
 
 
 def _call_fwd(spec: Spec, x: Array, *ops: Array) -> tuple[Array, Any]:
     from jln.kernels import _partition
 
-    y, *stats = _partition.forward(spec, x, ops)
+    y, *stats = _partition.forward(spec, (x,), ops)
     return y, (x, tuple(stats), ops)
 
 
@@ -540,3 +584,34 @@ def _call_bwd(spec: Spec, res: Any, dy: Array) -> tuple[Array, ...]:
 
 
 call.defvjp(_call_fwd, _call_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def call_add(spec: Spec, x: Array, residual: Array, *ops: Array) -> tuple[Array, Array]:
+    """The fused residual step ``s = x + residual``, ``y = norm(s)``: returns ``(y, s)``.
+    Reverse mode keeps ``s`` (not ``x`` and the residual), its statistics and the operands."""
+    from jln.kernels import _partition
+
+    y, s, *_ = _partition.forward(spec, (x, residual), ops)
+    return y, s
+
+
+def _call_add_fwd(spec: Spec, x: Array, residual: Array, *ops: Array) -> tuple[tuple[Array, Array], Any]:
+    from jln.kernels import _partition
+
+    y, s, *stats = _partition.forward(spec, (x, residual), ops)
+    return (y, s), (s, tuple(stats), ops)
+
+
+def _call_add_bwd(spec: Spec, res: Any, cts: tuple[Array, Array]) -> tuple[Array, ...]:
+    from jln.kernels import _partition
+
+    s, stats, ops = res
+    dy, ds = cts
+    ds_total, *dops = _partition.backward(spec, s, dy, stats, ops, ds=ds)
+    assert spec.add is not None
+    _, x_dtype, r_dtype = spec.add
+    return (ds_total.astype(x_dtype), ds_total.astype(r_dtype), *dops)
+
+
+call_add.defvjp(_call_add_fwd, _call_add_bwd)

@@ -95,9 +95,11 @@ def _summed_axes(rows: tuple[Any, ...], shared: tuple[bool, ...]) -> tuple[Any, 
     return tuple(a for e, s in zip(rows, shared, strict=True) if not s for a in _names(e))
 
 
-def _rule(sig: tuple[int, tuple[tuple[bool, ...], ...]], n_stats: int, backward: bool) -> str:
+def _rule(sig: tuple[int, tuple[tuple[bool, ...], ...]], n_stats: int, backward: bool, n_x: int = 1) -> str:
     """Shardy rule: row factors shared by x, statistics, dx and the operands' matching axes;
-    one factor for the normalized axis; broadcast (size-1) axes get factors of their own."""
+    one factor for the normalized axis; broadcast (size-1) axes get factors of their own.
+    ``n_x`` counts the arrays laid out like x in each direction (2 with a fused add: x and
+    the residual in, y and s out; s, dy and ds in)."""
     ndim, shared = sig
     rows = [f"r{i}" for i in range(ndim - 1)]
     x = " ".join(rows + ["n"])
@@ -108,24 +110,24 @@ def _rule(sig: tuple[int, tuple[tuple[bool, ...], ...]], n_stats: int, backward:
 
     ops = [op(i, "u") for i in range(len(shared))]
     if not backward:
-        return f"{', '.join([x, *ops])} -> {', '.join([x] + [stat] * n_stats)}"
-    args = [x, x] + [stat] * n_stats + ops
+        return f"{', '.join([x] * n_x + ops)} -> {', '.join([x] * n_x + [stat] * n_stats)}"
+    args = [x] * (n_x + 1) + [stat] * n_stats + ops
     return f"{', '.join(args)} -> {', '.join([x] + [op(i, 'v') for i in range(len(shared))])}"
 
 
 # ----------------------------------------------------------------------------- forward
 
 
-def _fwd_impl(spec: _norm.Spec, sig: Any, x: Array, *ops: Array) -> tuple[Array, ...]:
+def _fwd_impl(spec: _norm.Spec, sig: Any, *args: Array) -> tuple[Array, ...]:
     del sig  # static only for the sharding decisions
-    return _norm.forward_nd(spec, x, ops)
+    return _norm.forward_nd(spec, args[: spec.n_x], args[spec.n_x :])
 
 
 def _fwd_shardings(spec: _norm.Spec, sig: Any, mesh: Any, arg_infos: Any) -> tuple[Any, Any]:
     rows = _row_entries(mesh, arg_infos[0])
     x_like = _like(mesh, rows, None)
-    outs = (x_like, *[_like(mesh, rows, None)] * _n_stats(spec))
-    return outs, (x_like, *(_like(mesh, rows, s) for s in sig[1]))
+    outs = (*[x_like] * spec.n_x, *[_like(mesh, rows, None)] * _n_stats(spec))
+    return outs, (*[x_like] * spec.n_x, *(_like(mesh, rows, s) for s in sig[1]))
 
 
 def _fwd_partition(spec: _norm.Spec, sig: Any, mesh: Any, arg_infos: Any, result_infos: Any) -> Any:
@@ -141,35 +143,41 @@ _fwd_cp = custom_partitioning(_fwd_impl, static_argnums=(0, 1))
 _fwd_cp.def_partition(
     partition=_fwd_partition,
     infer_sharding_from_operands=_fwd_infer,
-    sharding_rule=lambda spec, sig, *_: _rule(sig, _n_stats(spec), backward=False),
+    sharding_rule=lambda spec, sig, *_: _rule(sig, _n_stats(spec), backward=False, n_x=spec.n_x),
 )
 
 
-def forward(spec: _norm.Spec, x: Array, ops: tuple[Array, ...]) -> tuple[Array, ...]:
-    """:func:`jln.kernels._norm.forward_nd`, partitioned by rows."""
+def forward(spec: _norm.Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> tuple[Array, ...]:
+    """:func:`jln.kernels._norm.forward_nd`, partitioned by rows; ``xs`` is ``(x,)``, or
+    ``(x, residual)`` with a fused add."""
+    nx = len(xs)
 
     @custom_vmap
-    def fwd(x: Array, *ops: Array) -> tuple[Array, ...]:
-        return tuple(_fwd_cp(spec, _signature(x, ops), x, *ops))
+    def fwd(*args: Array) -> tuple[Array, ...]:
+        return tuple(_fwd_cp(spec, _signature(args[0], args[nx:]), *args))
 
     @fwd.def_vmap
-    def fwd_batched(axis_size: int, in_batched: list[bool], x: Array, *ops: Array) -> Any:
-        # the mapped axis is one more row axis; unmapped operands broadcast over it (size 1)
-        if not in_batched[0]:
-            x = jnp.broadcast_to(x, (axis_size, *x.shape))
-        ops = tuple(o if b else o[None] for o, b in zip(ops, in_batched[1:], strict=True))
-        out = fwd(x, *ops)
+    def fwd_batched(axis_size: int, in_batched: list[bool], *args: Array) -> Any:
+        # the mapped axis is one more row axis: arrays laid out like x get it (broadcast where
+        # unmapped); unmapped operands broadcast over it (size 1)
+        xs_ = tuple(a if b else jnp.broadcast_to(a, (axis_size, *a.shape)) for a, b in zip(args[:nx], in_batched[:nx], strict=True))
+        ops = tuple(o if b else o[None] for o, b in zip(args[nx:], in_batched[nx:], strict=True))
+        out = fwd(*xs_, *ops)
         return out, (True,) * len(out)
 
-    return tuple(fwd(x, *ops))
+    return tuple(fwd(*xs, *ops))
 
 
 # ----------------------------------------------------------------------------- backward
 
 
 def _bwd_local(spec: _norm.Spec, x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
+    ds = None
+    if spec.add is not None:
+        ds, *rest_ = rest
+        rest = tuple(rest_)
     k = _n_stats(spec)
-    return _norm.backward_nd(spec, x, dy, tuple(rest[:k]), tuple(rest[k:]), cast_params=False)
+    return _norm.backward_nd(spec, x, dy, tuple(rest[:k]), tuple(rest[k:]), cast_params=False, ds=ds)
 
 
 def _bwd_impl(spec: _norm.Spec, sig: Any, x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
@@ -181,7 +189,7 @@ def _bwd_shardings(spec: _norm.Spec, sig: Any, mesh: Any, arg_infos: Any) -> tup
     rows = _row_entries(mesh, arg_infos[0])
     x_like = _like(mesh, rows, None)
     op_sh = tuple(_like(mesh, rows, s) for s in sig[1])
-    args = (x_like, x_like, *[_like(mesh, rows, None)] * _n_stats(spec), *op_sh)
+    args = (*[x_like] * (1 + spec.n_x), *[_like(mesh, rows, None)] * _n_stats(spec), *op_sh)
     return (x_like, *op_sh), args, rows
 
 
@@ -207,17 +215,22 @@ _bwd_cp = custom_partitioning(_bwd_impl, static_argnums=(0, 1))
 _bwd_cp.def_partition(
     partition=_bwd_partition,
     infer_sharding_from_operands=_bwd_infer,
-    sharding_rule=lambda spec, sig, *_: _rule(sig, _n_stats(spec), backward=True),
+    sharding_rule=lambda spec, sig, *_: _rule(sig, _n_stats(spec), backward=True, n_x=spec.n_x),
 )
 
 
-def backward(spec: _norm.Spec, x: Array, dy: Array, stats: tuple[Array, ...], ops: tuple[Array, ...]) -> tuple[Array, ...]:
+def backward(
+    spec: _norm.Spec, x: Array, dy: Array, stats: tuple[Array, ...], ops: tuple[Array, ...], ds: Array | None = None
+) -> tuple[Array, ...]:
     """:func:`jln.kernels._norm.backward_nd`, partitioned by rows; broadcast operands'
-    gradients cast to their dtype after the cross-device sum."""
+    gradients cast to their dtype after the cross-device sum. With a fused add, ``x`` is the
+    saved sum ``s`` and ``ds`` its cotangent, added to the result."""
+    extra = () if ds is None else (ds,)
 
     @custom_vmap
     def bwd(x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
-        return tuple(_bwd_cp(spec, _signature(x, rest[_n_stats(spec):]), x, dy, *rest))
+        skip = len(extra) + _n_stats(spec)
+        return tuple(_bwd_cp(spec, _signature(x, rest[skip:]), x, dy, *rest))
 
     @bwd.def_vmap
     def bwd_batched(axis_size: int, in_batched: list[bool], *args: Array) -> Any:
@@ -227,5 +240,5 @@ def backward(spec: _norm.Spec, x: Array, dy: Array, stats: tuple[Array, ...], op
         out = bwd(*args)
         return out, (True,) * len(out)
 
-    dx, *dops = bwd(x, dy, *stats, *ops)
+    dx, *dops = bwd(x, dy, *extra, *stats, *ops)
     return (dx, *(d.astype(o.dtype) for d, o in zip(dops, ops, strict=True)))

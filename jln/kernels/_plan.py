@@ -59,14 +59,15 @@ class Plan:
 def gpu_blocks(n: int, dtype: object) -> tuple[int, int]:
     """``(block_rows, num_warps)`` for a row of ``n`` elements of ``dtype`` on a GPU.
 
-    A program holds about 4K float32 values (16 KiB of registers across its warps), so narrow
-    rows are batched several per program; warps grow with the tile so each thread loads about
-    16 bytes per row pass.
+    A program holds about 8K values (two rows of 4096; narrow rows are batched up to 64 per
+    program), and each thread about four 16-byte loads of it. Measured on an H200 at
+    32768x4096 bfloat16 (``bench/gpu_tune.py``, bench/results/h200): two rows and 8 warps
+    beat one row with 4, 8 or 16 warps and four rows with 16, forward and backward.
     """
     width = next_power_of_2(n)
-    block_rows = max(1, min(64, 4096 // width))
+    block_rows = max(1, min(64, 8192 // width))
     itemsize: int = jnp.dtype(dtype).itemsize  # type: ignore[call-overload]
-    per_thread = max(1, 16 // itemsize)  # elements in one 16-byte load
+    per_thread = 4 * max(1, 16 // itemsize)  # elements in four 16-byte loads
     num_warps = next_power_of_2(max(1, (block_rows * width) // (32 * per_thread)))
     return block_rows, max(1, min(16, num_warps))
 
