@@ -621,10 +621,10 @@ def markdown(
         "*fwd+bwd* count the backward's bytes (read x and dy, write dx).",
     ]
     for head in headline:
-        present = {r["impl"] for r in report["results"]}
+        measured = {r["impl"] for r in report["results"]}
         others = ["flax", "flax-2pass", "jnp", "tokamax", "torch", "torch-compile", "jln-xla", "jln-pallas",
                   "jln-native", "jln"]
-        others = [o for o in others if o != head and o in present]
+        others = [o for o in others if o != head and o in measured]
         labels = [o.replace("torch-compile", "torch.compile").replace("flax-2pass", "flax 2-pass") for o in others]
         lines += [
             "",
