@@ -29,8 +29,8 @@ import jln
 from jln import _bench
 from jln.kernels import _plan
 
-FWD_TILES = [(1, 4), (2, 8), (2, 16), (4, 8), (4, 16)]  # (block_rows, num_warps)
-BWD_TILES = [(512, 1, 8), (512, 2, 8), (512, 2, 16), (256, 2, 8), (1024, 2, 8), (512, 4, 16)]  # (programs, rows, warps)
+FWD_TILES = [(1, 4), (1, 8), (2, 8), (2, 16)]  # (block_rows, num_warps)
+BWD_TILES = [(512, 1, 8), (512, 1, 16), (256, 1, 8), (1024, 1, 8), (512, 2, 8)]  # (programs, rows, warps)
 OPS = {
     "layer_norm": lambda x, s, b, impl: jln.layer_norm(x, s, b, impl=impl),
     "rms_norm": lambda x, s, b, impl: jln.rms_norm(x, s, impl=impl),
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     bias = (0.1 * jax.random.normal(keys[-1], (n,))).astype(dt)
     nb = m * n * dt.itemsize
     records: list[dict[str, Any]] = []
-    saved = (_plan.gpu_blocks, _plan.GPU_BWD_PROGRAMS)
+    saved = (_plan.gpu_blocks, _plan.gpu_bwd_blocks, _plan.GPU_BWD_PROGRAMS)
 
     def record(kind: str, op: str, impl: str, tile: Any, sec: float, nbytes: int, copy_gbps: float) -> None:
         gbps = nbytes / sec / 1e9
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     if tile is not None:
                         programs, rows, warps = tile
-                        _plan.gpu_blocks = lambda n_, d_, t=(rows, warps): t  # noqa: E731
+                        _plan.gpu_bwd_blocks = lambda n_, d_, t=(rows, warps): t  # noqa: E731
                         _plan.GPU_BWD_PROGRAMS = programs
                     pull = jax.jit(lambda x, s, b, f=f, impl=impl: jax.vjp(lambda x, s, b: f(x, s, b, impl), x, s, b)[1])
                     args = [(pull(x, scale, bias), dy) for x, dy in zip(xs, dys, strict=True)]
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as e:  # noqa: BLE001
                     print(f"bwd  {op} {impl} {tile}: {type(e).__name__}: {str(e)[:200]}", flush=True)
                 finally:
-                    _plan.gpu_blocks, _plan.GPU_BWD_PROGRAMS = saved
+                    _plan.gpu_blocks, _plan.gpu_bwd_blocks, _plan.GPU_BWD_PROGRAMS = saved
     best = {}
     for r in records:
         k = (r["kind"], r["op"], r["impl"])

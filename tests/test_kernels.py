@@ -224,6 +224,7 @@ def _chunked(monkeypatch, block_rows):
     # small blocks and few backward programs, so each program walks several blocks of rows
     # (the GPU layout at real sizes) and the last chunk runs past the end of x
     monkeypatch.setattr(_plan, "gpu_blocks", lambda n, dtype: (block_rows, 4))
+    monkeypatch.setattr(_plan, "gpu_bwd_blocks", lambda n, dtype: (block_rows, 4))
     monkeypatch.setattr(_plan, "GPU_BWD_PROGRAMS", 2)
 
 
@@ -231,7 +232,7 @@ def _chunked(monkeypatch, block_rows):
 def test_backward_walks_chunks_of_rows(monkeypatch, dtype):
     _chunked(monkeypatch, 2)
     x, scale, bias, probe = _data((3, 7, 40), dtype)  # 21 rows: 2 programs of 16, 8 blocks each
-    plan = _plan.make_plan("gpu", True, 21, 40, dtype, ())
+    plan = _plan.make_plan("gpu", True, 21, 40, dtype, (), backward=True)
     assert (plan.block_rows, plan.chunk, plan.num_chunks) == (2, 16, 2)
     _compare(lambda x, s, b, impl: jln.layer_norm(x, s, b, impl=impl), (x, scale, bias), dtype, probe, "ln chunks")
     fn = lambda x, s, impl: jln.rms_norm(x, s, convention="gemma", impl=impl)  # noqa: E731
@@ -247,7 +248,7 @@ def test_backward_chunks_follow_condition_groups(monkeypatch):
     for tokens, chunk in ((8, 8), (6, 2)):
         x, scale, bias, probe = _data((4, tokens, 40), F32)
         emb = (0.5 * jax.random.normal(jax.random.key(5), (4, 6 * 40))).astype(F32)
-        assert _plan.make_plan("gpu", True, 4 * tokens, 40, F32, (tokens,)).chunk == chunk
+        assert _plan.make_plan("gpu", True, 4 * tokens, 40, F32, (tokens,), backward=True).chunk == chunk
 
         def fn(x, emb, s, b, impl):
             return jln.adaptive_layer_norm(x, emb, s, b, order="dit", eps=1e-6, impl=impl)[0]

@@ -111,8 +111,8 @@ def test_adaptive_layer_norm_lowers(tokens):
 
 def test_backward_loop_over_chunks_lowers():
     # the benchmark's shape: each backward program walks 64 rows in a loop
-    plan = _plan.make_plan("gpu", False, 32768, 4096, BF16, ())
-    assert plan.chunk == 64 and plan.num_chunks == 512
+    plan = _plan.make_plan("gpu", False, 32768, 4096, BF16, (), backward=True)
+    assert (plan.block_rows, plan.num_warps, plan.chunk, plan.num_chunks) == (1, 8, 64, 512)
     _check(lambda x, s, b: jln.layer_norm(x, s, b, impl="pallas"), (32768, 4096), BF16, 2)
     _check(lambda x, s: jln.rms_norm(x, s, impl="pallas"), (32768, 4096), BF16, 1)
 

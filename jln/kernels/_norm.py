@@ -476,7 +476,9 @@ def _backward(
 # ----------------------------------------------------------------------------- any number of row axes
 
 
-def localize(spec: Spec, x_shape: tuple[int, ...], op_shapes: list[tuple[int, ...]], dtype: Any) -> tuple[Spec, tuple[bool, ...]]:
+def localize(
+    spec: Spec, x_shape: tuple[int, ...], op_shapes: list[tuple[int, ...]], dtype: Any, backward: bool = False
+) -> tuple[Spec, tuple[bool, ...]]:
     """``spec`` for ``x [*lead, n]`` and operands broadcastable against it (``[*lead', n]``,
     ``lead'`` entries equal to ``lead``'s or 1), with operand kinds and plan derived from these
     shapes (a device's block under partitioning, a vmapped batch), and for each operand whether
@@ -505,7 +507,7 @@ def localize(spec: Spec, x_shape: tuple[int, ...], op_shapes: list[tuple[int, ..
         kinds.append(kind)
         materialize.append(kind[0] == ROW and math.prod(shape) != math.prod(x_shape))
     groups_rows = tuple(t for kd, t in kinds if kd == GROUP)
-    plan = make_plan(plan.target, plan.interpret, rows, plan.n, dtype, groups_rows)
+    plan = make_plan(plan.target, plan.interpret, rows, plan.n, dtype, groups_rows, backward)
     return dataclasses.replace(spec, plan=plan, kinds=tuple(kinds)), tuple(materialize)
 
 
@@ -538,7 +540,7 @@ def backward_nd(
     """``(dx, *d_ops)`` for the layout of :func:`forward_nd`, each ``d_op`` of its operand's
     shape; gradients of broadcast operands are this call's float32 partial sums (summed over
     this call's rows only) when ``cast_params`` is False."""
-    spec, mat = localize(spec, x.shape, [o.shape for o in ops], x.dtype)
+    spec, mat = localize(spec, x.shape, [o.shape for o in ops], x.dtype, backward=True)
     n = spec.plan.n
     flat = tuple(_flat_op(spec, o, kd, m, x.shape) for o, (kd, _), m in zip(ops, spec.kinds, mat, strict=True))
     outs = _backward(

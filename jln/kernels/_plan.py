@@ -59,15 +59,28 @@ class Plan:
 def gpu_blocks(n: int, dtype: object) -> tuple[int, int]:
     """``(block_rows, num_warps)`` for a row of ``n`` elements of ``dtype`` on a GPU.
 
-    A program holds about 8K values (two rows of 4096; narrow rows are batched up to 64 per
-    program), and each thread about four 16-byte loads of it. Measured on an H200 at
-    32768x4096 bfloat16 (``bench/gpu_tune.py``, bench/results/h200): two rows and 8 warps
-    beat one row with 4, 8 or 16 warps and four rows with 16, forward and backward.
+    A forward program holds about 8K values (two rows of 4096; narrow rows are batched up to
+    64 per program), and each thread about four 16-byte loads of it. Measured on an H200 at
+    32768x4096 bfloat16 (``bench/gpu_tune.py``, bench/results/h200): two rows with 8 warps ran
+    at 3.2-3.3 TB/s, within the spread of one row with 4 (3.2) and ahead of four rows (2.9-3.0).
     """
     width = next_power_of_2(n)
     block_rows = max(1, min(64, 8192 // width))
     itemsize: int = jnp.dtype(dtype).itemsize  # type: ignore[call-overload]
     per_thread = 4 * max(1, 16 // itemsize)  # elements in four 16-byte loads
+    num_warps = next_power_of_2(max(1, (block_rows * width) // (32 * per_thread)))
+    return block_rows, max(1, min(16, num_warps))
+
+
+def gpu_bwd_blocks(n: int, dtype: object) -> tuple[int, int]:
+    """``(block_rows, num_warps)`` of one backward loop step on a GPU: about 4K values (one row
+    of 4096), each thread two 16-byte loads per tensor. Measured on an H200 at 32768x4096
+    bfloat16: one row with 8 warps, 2.7 TB/s; two rows per step, 1.8-2.0 TB/s; 16 warps, 2.4.
+    """
+    width = next_power_of_2(n)
+    block_rows = max(1, min(64, 4096 // width))
+    itemsize: int = jnp.dtype(dtype).itemsize  # type: ignore[call-overload]
+    per_thread = 2 * max(1, 16 // itemsize)
     num_warps = next_power_of_2(max(1, (block_rows * width) // (32 * per_thread)))
     return block_rows, max(1, min(16, num_warps))
 
@@ -90,16 +103,18 @@ def tpu_block_rows(n: int) -> int:
 
 
 def make_plan(
-    target: str, interpret: bool, rows: int, n: int, dtype: object, group_rows: tuple[int, ...]
+    target: str, interpret: bool, rows: int, n: int, dtype: object, group_rows: tuple[int, ...],
+    backward: bool = False,
 ) -> Plan:
-    """The tiling for ``rows x n`` on ``target``.
+    """The tiling for ``rows x n`` on ``target`` (GPU tiles differ between the forward and the
+    backward, whose programs loop over blocks).
 
     ``group_rows`` lists the row counts of per-group conditions (DiT's ``[B, 1, D]`` shift is
     one group of T rows per example): a block must not straddle two groups, so block rows are
     cut to divide each (the caller materializes groups for which :func:`group_block_ok` fails).
     """
     if target == "gpu":
-        block_rows, num_warps = gpu_blocks(n, dtype)
+        block_rows, num_warps = (gpu_bwd_blocks if backward else gpu_blocks)(n, dtype)
         block_rows = min(block_rows, next_power_of_2(rows))
         for t in group_rows:
             while t % block_rows:
