@@ -16,6 +16,7 @@
 #                torch.compile; copy (XLA and torch device-to-device) in the same run
 #   sweep.json   layer_norm fwd and bwd against width 1024..16384 (32768 rows), bfloat16 and
 #                float32: jln xla and pallas, flax, torch
+#   tiles_*.json --parts tiles only: Pallas tilings at 16384 wide (float32, bfloat16) and 1024
 #   log.txt      everything printed
 # Each part has a time budget (cases past it are recorded as skipped) and a hard timeout.
 set -uo pipefail
@@ -94,6 +95,20 @@ if want sweep; then
     --budget-s 85 --quiet --headline jln-pallas \
     --title "jln bench: width sweep, 32768 rows" --json "$out/sweep.json"
   echo "sweep exit $? after $((SECONDS - start)) s"
+fi
+
+if want tiles; then
+  # tiles away from 4096: wide rows (16384, float32 and bfloat16) and narrow rows (1024)
+  g="$here/gpu_tune.py"
+  if [[ -n "$dry" ]]; then wide=(--rows 64 --reps 2 --buffers 2); narrow=(--rows 64 --reps 2 --buffers 2)
+  else wide=(--rows 8192); narrow=(--rows 131072); fi
+  timeout -s TERM 65 $py "$g" "$out/tiles_16384_f32.json" --width 16384 --dtype float32 "${wide[@]}" \
+    --ops layer_norm --fwd-tiles 1x16,1x32 --bwd-tiles 512x1x16,512x1x32,256x1x32
+  timeout -s TERM 55 $py "$g" "$out/tiles_16384_bf16.json" --width 16384 --dtype bfloat16 "${wide[@]}" \
+    --ops layer_norm --fwd-tiles 1x16,1x32 --bwd-tiles 512x1x16,512x1x32
+  timeout -s TERM 55 $py "$g" "$out/tiles_1024_bf16.json" --width 1024 --dtype bfloat16 "${narrow[@]}" \
+    --ops layer_norm --fwd-tiles 8x8,8x4,4x4,16x8,16x16 --bwd-tiles 512x4x8,512x4x4,512x8x8
+  echo "tiles exit $? after $((SECONDS - start)) s"
 fi
 
 [[ -f "$out/main.md" ]] && cat "$out/main.md"

@@ -52,7 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--buffers", type=int, default=3)
+    p.add_argument("--ops", default=",".join(OPS), help="comma list from " + ",".join(OPS))
+    p.add_argument("--fwd-tiles", help="forward tiles as ROWSxWARPS,... (default: FWD_TILES; 'none' skips)")
+    p.add_argument("--bwd-tiles", help="backward tiles as PROGRAMSxROWSxWARPS,... (default: BWD_TILES; 'none' skips)")
     a = p.parse_args(argv)
+
+    def tiles(text: str | None, default: list[Any]) -> list[Any]:
+        if text is None:
+            return default
+        return [] if text == "none" else [tuple(int(v) for v in t.split("x")) for t in text.split(",")]
+
+    fwd_tiles_all, bwd_tiles_all = tiles(a.fwd_tiles, FWD_TILES), tiles(a.bwd_tiles, BWD_TILES)
+    ops = {k: OPS[k] for k in a.ops.split(",")}
     m, n, dt = a.rows, a.width, jnp.dtype(a.dtype)
     keys = jax.random.split(jax.random.key(0), 3 * a.buffers + 2)
     xs = [jax.random.normal(keys[i], (m, n), jnp.float32).astype(dt) for i in range(a.buffers)]
@@ -87,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     copy_gbps = 2 * nb / min(copies.values()) / 1e9
     for via, t in copies.items():
         record("copy", "copy", via, None, t, 2 * nb, copy_gbps)
-    for op, f in OPS.items():
+    for op, f in ops.items():
         for impl in ("xla", "pallas"):
-            fwd_tiles = FWD_TILES if impl == "pallas" else [None]
+            fwd_tiles = fwd_tiles_all if impl == "pallas" else [None]
             for tile in fwd_tiles:
                 try:
                     if tile is not None:
@@ -100,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"fwd  {op} {impl} {tile}: {type(e).__name__}: {str(e)[:200]}", flush=True)
                 finally:
                     _plan.gpu_blocks = saved[0]
-            bwd_tiles = BWD_TILES if impl == "pallas" else [None]
+            bwd_tiles = bwd_tiles_all if impl == "pallas" else [None]
             for tile in bwd_tiles:
                 try:
                     if tile is not None:
@@ -118,12 +129,13 @@ def main(argv: list[str] | None = None) -> int:
                     _plan.gpu_blocks, _plan.gpu_bwd_blocks, _plan.GPU_BWD_PROGRAMS = saved
     best = {}
     for r in records:
-        k = (r["kind"], r["op"], r["impl"])
+        k = (r["kind"], r["op"], r["impl"], r["dtype"], r["shape"][1])
         if k not in best or r["gbps"] > best[k]["gbps"]:
             best[k] = r
     print("\nbest per kernel:")
-    for (kind, op, impl), r in sorted(best.items()):
-        print(f"  {kind:4} {op:10} {impl:6} {r['tile']!s:12} {r['gbps']:8.1f} GB/s {r['pct_of_copy']:6.1f}% of copy")
+    for (kind, op, impl, dtype, width), r in sorted(best.items()):
+        print(f"  {kind:4} {op:10} {impl:6} {dtype:8} {width:6} {r['tile']!s:12} {r['gbps']:8.1f} GB/s "
+              f"{r['pct_of_copy']:6.1f}% of copy")
     with open(a.out, "w") as fh:
         json.dump({"device": str(jax.devices()[0].device_kind), "jax": jax.__version__,
                    "time": time.strftime("%Y-%m-%d %H:%M:%S"), "records": records}, fh, indent=1)
