@@ -56,33 +56,47 @@ class Plan:
         return self.width != self.n
 
 
-def gpu_blocks(n: int, dtype: object) -> tuple[int, int]:
-    """``(block_rows, num_warps)`` for a row of ``n`` elements of ``dtype`` on a GPU.
+#: GPU tiles ``(block_rows, num_warps)`` measured best on an H200 (``bench/gpu_tune.py``;
+#: bench/results/h200/27e0cbf and 1288d89), keyed by (padded width, itemsize). Other widths
+#: and dtypes take :func:`_tile_rule`, which reproduces all of these but the two at 4096.
+MEASURED_FWD = {
+    (1024, 2): (4, 4),  # 3.34 TB/s; (8, 8) 3.10, (16, 8) 2.45
+    (4096, 2): (2, 8),  # 3.2-3.4 TB/s; (1, 4) 3.17-3.28, (2, 16) 2.5-3.1, (4, 8) 2.9
+    (16384, 2): (1, 16),  # 1.99 TB/s; (1, 32) 1.94
+    (16384, 4): (1, 16),  # 2.51 TB/s; (1, 32) 2.44
+}
+MEASURED_BWD = {
+    (1024, 2): (4, 4),  # 2.41 TB/s; (4, 8) 1.78, (8, 8) 1.39
+    (4096, 2): (1, 8),  # 2.72-2.84 TB/s; (1, 16) 2.68, (2, 8) 1.97
+    (16384, 2): (1, 16),  # 1.45 TB/s; (1, 32) 1.28
+    (16384, 4): (1, 32),  # 1.61 TB/s; (1, 16) 0.43: registers spill
+}
 
-    A forward program holds about 8K values (two rows of 4096; narrow rows are batched up to
-    64 per program), and each thread about four 16-byte loads of it. Measured on an H200 at
-    32768x4096 bfloat16 (``bench/gpu_tune.py``, bench/results/h200): two rows with 8 warps ran
-    at 3.2-3.3 TB/s, within the spread of one row with 4 (3.2) and ahead of four rows (2.9-3.0).
-    """
-    width = next_power_of_2(n)
-    block_rows = max(1, min(64, 8192 // width))
-    itemsize: int = jnp.dtype(dtype).itemsize  # type: ignore[call-overload]
-    per_thread = 4 * max(1, 16 // itemsize)  # elements in four 16-byte loads
+
+def _tile_rule(width: int, itemsize: int, max_warps: int) -> tuple[int, int]:
+    """About 4K values per block (narrow rows batched up to 64 per program) and 64 bytes of
+    the input per thread (32 bfloat16 or 16 float32 values, four 16-byte loads)."""
+    block_rows = max(1, min(64, 4096 // width))
+    per_thread = max(1, 64 // itemsize)
     num_warps = next_power_of_2(max(1, (block_rows * width) // (32 * per_thread)))
-    return block_rows, max(1, min(16, num_warps))
+    return block_rows, max(1, min(max_warps, num_warps))
+
+
+def gpu_blocks(n: int, dtype: object) -> tuple[int, int]:
+    """``(block_rows, num_warps)`` of a forward program for rows of ``n`` elements of
+    ``dtype`` on a GPU: :data:`MEASURED_FWD` where measured, else :func:`_tile_rule`."""
+    width = next_power_of_2(n)
+    itemsize: int = jnp.dtype(dtype).itemsize  # type: ignore[call-overload]
+    return MEASURED_FWD.get((width, itemsize)) or _tile_rule(width, itemsize, 16)
 
 
 def gpu_bwd_blocks(n: int, dtype: object) -> tuple[int, int]:
-    """``(block_rows, num_warps)`` of one backward loop step on a GPU: about 4K values (one row
-    of 4096), each thread two 16-byte loads per tensor. Measured on an H200 at 32768x4096
-    bfloat16: one row with 8 warps, 2.7 TB/s; two rows per step, 1.8-2.0 TB/s; 16 warps, 2.4.
-    """
+    """``(block_rows, num_warps)`` of one backward loop step on a GPU: :data:`MEASURED_BWD`
+    where measured, else :func:`_tile_rule` (up to 32 warps: a wide float32 row in fewer
+    threads spills registers, 4x slower at 16384)."""
     width = next_power_of_2(n)
-    block_rows = max(1, min(64, 4096 // width))
     itemsize: int = jnp.dtype(dtype).itemsize  # type: ignore[call-overload]
-    per_thread = 2 * max(1, 16 // itemsize)
-    num_warps = next_power_of_2(max(1, (block_rows * width) // (32 * per_thread)))
-    return block_rows, max(1, min(16, num_warps))
+    return MEASURED_BWD.get((width, itemsize)) or _tile_rule(width, itemsize, 32)
 
 
 def gpu_chunk_rows(rows: int, block_rows: int, group_rows: tuple[int, ...]) -> int:
