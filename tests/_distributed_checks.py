@@ -280,9 +280,15 @@ def pallas_layouts() -> None:
     s = (1 + 0.1 * RNG.standard_normal(32)).astype(np.float32)
     bi = (0.1 * RNG.standard_normal(32)).astype(np.float32)
     ct = RNG.standard_normal(x.shape).astype(np.float32)
+    def both(y_s):  # add+norm: check the norm and the sum (the kernels write both)
+        return y_s[0] + y_s[1]
+
     fns = {
         "layer_norm": lambda impl: lambda x, s, b: jln.layer_norm(x, s, b, impl=impl),
         "rms_norm": lambda impl: lambda x, s, b: jln.rms_norm(x, s, impl=impl),
+        # the residual is elementwise in x, so it keeps x's sharding
+        "add_layer_norm": lambda impl: lambda x, s, b: both(jln.add_layer_norm(x, 0.5 * x + 1.0, s, b, impl=impl)),
+        "add_rms_norm": lambda impl: lambda x, s, b: both(jln.add_rms_norm(x, 0.5 * x + 1.0, s, impl=impl)),
     }
 
     def fwd_bwd(fn, x, s, b, ct):

@@ -18,6 +18,7 @@ import pytest
 
 SCRIPT = Path(__file__).with_name("_distributed_checks.py")
 MARK = "JLN_DISTRIBUTED_RESULTS "
+PALLAS_OPS = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")  # add+norm: the fused-add kernels
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +111,7 @@ def test_pallas_on_explicit_meshes_runs_per_shard(results: dict) -> None:
     only collective is the parameter gradients' all-reduce (no gather of the activation)."""
     entries = results["pallas"]
     assert {(e["op"], e["layout"]) for e in entries} == {
-        (op, lay) for op in ("layer_norm", "rms_norm") for lay in ("batch", "sequence")
+        (op, lay) for op in PALLAS_OPS for lay in ("batch", "sequence")
     }
     for e in entries:
         tol = _tol(e)
@@ -124,7 +125,7 @@ def test_pallas_on_explicit_meshes_runs_per_shard(results: dict) -> None:
 def _auto(results: dict, layouts: tuple[str, ...]) -> list[dict]:
     entries = [e for e in results["pallas_auto"] if e["layout"] in layouts]
     assert {(e["op"], e["layout"]) for e in entries} == {
-        (op, lay) for op in ("layer_norm", "rms_norm") for lay in layouts
+        (op, lay) for op in PALLAS_OPS for lay in layouts
     }
     for e in entries:
         tol = _tol(e)
