@@ -611,14 +611,15 @@ def markdown(
     lines += [
         "",
         "Ratios are **jln time ÷ other time** (geometric mean over widths; below 1 means jln is "
-        "faster); *jln* is the public ops as users call them (`impl=\"auto\"`: the native "
-        "kernels on a single-device CPU where they apply, else XLA), *jln-xla* forces the XLA "
-        "path. *% copy* is jln's effective bandwidth as a share of a copy of the same bytes in "
-        "the same run (100% = at the memory floor; the faster of an elementwise XLA copy and, "
-        "on GPUs, torch's device-to-device copy). *B/elem* is what reverse mode saves for the "
-        "backward pass per input element, jln / flax. Directions: *fwd* the forward, *bwd* the "
-        "reverse pass alone from saved residuals, *fwd+bwd* both in one call; *bwd* and "
-        "*fwd+bwd* count the backward's bytes (read x and dy, write dx).",
+        "faster); *jln* is the public ops as users call them (`impl=\"auto\"`: the native kernels "
+        "on a single-device CPU, the Pallas kernels on a GPU, where they apply; else XLA), "
+        "*jln-xla* forces the XLA path, *jln-pallas* the Pallas kernels. *% copy* is jln's "
+        "effective bandwidth as a share of a copy of the same bytes in the same run (100% = at "
+        "the memory floor; the faster of an elementwise XLA copy and, on GPUs, torch's "
+        "device-to-device copy). *B/elem* is what reverse mode saves for the backward pass per "
+        "input element, jln / flax. Directions: *fwd* the forward, *bwd* the reverse pass alone "
+        "from saved residuals, *fwd+bwd* both in one call; *bwd* and *fwd+bwd* count the "
+        "backward's bytes (read x and dy, write dx).",
     ]
     for head in headline:
         measured = {r["impl"] for r in report["results"]}

@@ -3,6 +3,7 @@ native CPU kernels."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -45,9 +46,13 @@ def choose(
         if reason is not None:
             raise ValueError(f"{fn}: impl='pallas' is not available here: {reason}. Use impl='xla' or 'auto'.")
         return "pallas"
-    if reason is None and kernels.native(backend):
+    if reason is None and kernels.native(backend, _row_width(x, static)):
         return "pallas"
     return "xla"
+
+
+def _row_width(x: Any, static: dict[str, Any]) -> int:
+    return math.prod(x.shape[a] for a in static["axes"])
 
 
 def apply(

@@ -183,7 +183,7 @@ def layer_norm(
         is ``axis=tuple(range(-k, 0))``.
       eps: added to the variance inside the square root; torch's default 1e-5.
       impl: ``"auto"`` (on a single-device CPU backend jln's native CPU kernels where they
-        apply; Pallas kernels where opted in with ``JLN_PALLAS_AUTO=1``; else XLA), ``"xla"``,
+        apply; on a GPU the Pallas kernels, for rows up to 16384 wide; else XLA), ``"xla"``,
         ``"native"`` (the CPU kernels, or ``ValueError`` saying why not) or ``"pallas"``
         (interpret mode on CPU). All give the same contract (see the README's kernels section).
       axis_name: inside ``jax.shard_map``/``jax.pmap``: the mesh axis name (or tuple of
@@ -227,6 +227,12 @@ def residual_sum(fn: str, x: Any, residual: Any, residual_in_fp32: bool) -> Arra
     dtype = _stats.promote(x.dtype, residual.dtype)
     if residual_in_fp32:
         dtype = _stats.promote(dtype, jnp.float32)
+    return add_in(x, residual, dtype)
+
+
+def add_in(x: Array, residual: Array, dtype: Any) -> Array:
+    """``x + residual`` computed in ``dtype`` (the residual step of ``add_*_norm``; the Pallas
+    kernels' forward-mode tangent uses it too)."""
     return x.astype(dtype) + residual.astype(dtype)
 
 

@@ -142,3 +142,19 @@ def test_every_parity_op_lowers(op, dtype):
         assert _lower(fwd, *args).count(TRITON) == 1
         grad = jax.grad(loss, argnums=tuple(i for i, a in enumerate(args) if jnp.issubdtype(a.dtype, jnp.floating)))
         assert _lower(grad, *args).count(TRITON) == 2
+
+
+def test_forward_mode_lowers():
+    # jvp: the forward kernel for the primal, the XLA body's JVP for the tangent (no second
+    # kernel); grad of a jvp (a Hessian-vector product) adds the backward kernel
+    x, p = _sds((64, 1000), BF16), _sds((1000,), BF16)
+
+    def f(x, s, b):
+        return jln.layer_norm(x, s, b, impl="pallas")
+
+    def jvp(x, s, b):
+        return jax.jvp(f, (x, s, b), (x, s, b))
+
+    assert _lower(jvp, x, p, p).count(TRITON) == 1
+    hvp = jax.grad(lambda x, s, b: jnp.sum(jvp(x, s, b)[1].astype(F32)))
+    assert _lower(hvp, x, p, p).count(TRITON) >= 1

@@ -5,12 +5,15 @@ arguments, same numerics (float32 pivot-shifted statistics, every convention's r
 through the core's own helpers), same reverse-mode residuals (``x`` in its own dtype, per-row
 float32 statistics, the parameters).
 
-Targets: Pallas Triton on NVIDIA GPUs (validated and timed on an H200), Pallas Mosaic on TPUs
-(untested on hardware), and Pallas interpret mode on CPU (only when asked for with
-``impl="pallas"``; ``"auto"`` never picks it). ``add_layer_norm``/``add_rms_norm`` fuse the
-residual add into the kernels (``addends``). Reverse mode
-(``grad``, ``vjp``) runs Pallas backward kernels; forward mode (``jvp``, ``jacfwd``) is not
-available on the kernel path (it is a ``jax.custom_vjp``): use ``impl="xla"`` there.
+Targets: Pallas Triton on NVIDIA GPUs (validated and timed on an H200; ``impl="auto"`` takes
+them there, see :func:`native`), Pallas Mosaic on TPUs (untested on hardware), and Pallas
+interpret mode on CPU (only when asked for with ``impl="pallas"``; ``"auto"`` never picks it).
+``add_layer_norm``/``add_rms_norm`` fuse the residual add into the kernels (``addends``).
+
+Transforms: reverse mode (``grad``, ``vjp``) runs the Pallas backward kernels; forward mode
+(``jvp``, ``jacfwd``) evaluates the tangent with the XLA body's JVP, and derivatives of the
+backward (grad-of-grad, Hessians) go through the XLA body's VJP
+(:mod:`jln.kernels._norm`'s ``jln_pallas_norm_lin`` primitive, as the native CPU kernels do).
 
 Sharding: under ``jax.jit`` on a mesh with ``AxisType.Explicit`` axes, an ``x`` split along
 its rows (batch/sequence axes) runs the kernel on each device's block (``jax.shard_map``
@@ -47,16 +50,26 @@ INTERPRET_TARGET = "gpu"
 _TARGETS = {"gpu": "gpu", "tpu": "tpu", "cpu": "interpret"}
 
 
-def native(backend: str) -> bool:
-    """Whether ``impl="auto"`` may take the kernels on ``backend`` (never interpret mode).
+#: Widest row ``impl="auto"`` sends to the GPU kernels: the widest measured on hardware
+#: (bench/results/h200.md; a wider row held in one program's registers is untested there).
+AUTO_MAX_WIDTH = 16384
 
-    On an NVIDIA H200 the kernels pass ``jln parity --impl pallas`` and run the backward in
-    0.51-0.80x the XLA path's time (bench/results/h200.md); TPU runs are untested. The kernel
-    path has no forward-mode autodiff (it is a ``custom_vjp``), which ``"auto"`` must not take
-    away, so ``"auto"`` stays on XLA unless the user opts in with the environment variable
-    ``JLN_PALLAS_AUTO=1``; ``impl="pallas"`` always works.
+
+def native(backend: str, n: int = 0) -> bool:
+    """Whether ``impl="auto"`` may take the kernels on ``backend`` for rows of ``n`` elements
+    (never interpret mode).
+
+    GPUs: yes, for rows up to :data:`AUTO_MAX_WIDTH`. On an NVIDIA H200 the kernels pass
+    ``jln parity --impl pallas`` and run the backward in 0.51-0.80x the XLA path's time
+    (bench/results/h200.md), and they support every transform the XLA path does (reverse
+    and forward mode, higher derivatives through the XLA body, vmap, sharding by rows).
+    TPUs: only with the environment variable ``JLN_PALLAS_AUTO=1`` (no TPU run yet).
+    ``JLN_PALLAS_AUTO=0`` keeps ``"auto"`` on XLA everywhere; ``impl="pallas"`` always works.
     """
-    return backend in ("gpu", "tpu") and os.environ.get("JLN_PALLAS_AUTO") == "1"
+    flag = os.environ.get("JLN_PALLAS_AUTO")
+    if flag == "0" or n > AUTO_MAX_WIDTH:
+        return False
+    return backend == "gpu" or (backend == "tpu" and flag == "1")
 
 
 def unsupported_reason(op: str, x: Any, axis_name: Any, *, backend: str, **static: Any) -> str | None:
