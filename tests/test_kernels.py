@@ -329,3 +329,13 @@ def test_kernel_path_saves_x_and_row_statistics():
         stats = [r for r in res if r.shape == (4, 8, 1)]
         assert len(stats) == 2 and all(r.dtype == "f32" for r in stats), res
         assert _residuals.residual_bytes_per_element(fn, x, x[::-1], w, b) <= 2 + 8 / 40 + 0.3, res
+
+
+def test_gpu_without_the_triton_backend_stays_on_xla(monkeypatch):
+    # a jax without Pallas's Triton backend (deprecated in jax 0.11): "auto" keeps XLA on a
+    # GPU and impl="pallas" says why, instead of failing inside the kernel call
+    monkeypatch.setattr(kernels, "_triton_available", lambda: False)
+    x = jnp.ones((2, 8))
+    why = kernels.unsupported_reason("layer_norm", x, None, backend="gpu", axes=(1,), out_dtype=x.dtype)
+    assert why is not None and "Triton" in why
+    assert kernels.unsupported_reason("layer_norm", x, None, backend="tpu", axes=(1,), out_dtype=x.dtype) is None

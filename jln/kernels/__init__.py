@@ -31,6 +31,7 @@ evenly is gathered too.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Any
@@ -72,10 +73,24 @@ def native(backend: str, n: int = 0) -> bool:
     return backend == "gpu" or (backend == "tpu" and flag == "1")
 
 
+@functools.cache
+def _triton_available() -> bool:
+    try:
+        from jax.experimental.pallas import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def unsupported_reason(op: str, x: Any, axis_name: Any, *, backend: str, **static: Any) -> str | None:
     """``None`` when a kernel handles this call, else a sentence saying why not."""
     if backend not in _TARGETS:
         return f"no Pallas target for backend {backend!r} (kernels run on gpu, tpu, or cpu in interpret mode)"
+    if backend == "gpu" and not _triton_available():
+        return (
+            "this jax has no Pallas Triton backend (jax 0.11 deprecates it; the kernels use it on "
+            "NVIDIA GPUs)"
+        )
     if axis_name is not None:
         return (
             "statistics across devices (axis_name=, or a normalized axis of x split over mesh "
