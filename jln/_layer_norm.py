@@ -98,10 +98,16 @@ def ln_affine(
         y = y * scale.astype(sd)
     if bias is not None:
         y = y + bias.astype(sd)
-    if shift is None and mscale is None:
-        return y.astype(out_dtype)
-    y = _stats.round_to(y, out_dtype)
-    return modulation_rounded(y, shift, mscale, mod_offset, out_dtype).astype(mod_dtype)
+    modulated = shift is not None or mscale is not None
+    if modulated:
+        y = modulation_rounded(_stats.round_to(y, out_dtype), shift, mscale, mod_offset, out_dtype)
+    return y.astype(result_dtype(out_dtype, mod_dtype, modulated))
+
+
+def result_dtype(out_dtype: Any, mod_dtype: Any, modulated: bool) -> jnp.dtype:
+    """The dtype of LayerNorm's result: ``mod_dtype`` when a modulation (shift or scale)
+    follows the norm, else ``out_dtype`` (the kernels size their outputs with it)."""
+    return jnp.dtype(mod_dtype if modulated else out_dtype)
 
 
 def ln_apply(

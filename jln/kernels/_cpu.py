@@ -439,7 +439,7 @@ def ln(
     spec = Spec(
         "ln", float(eps), True, False, (0, 0, round_b, round_f, round_s, _kind(_dtype(mscale))),
         float(mod_offset), tuple(p is not None for p in params),  # type: ignore[arg-type]
-        jnp.dtype(mod_dtype if modulated else out_dtype), tuple(_dtype(p) for p in params),  # type: ignore[arg-type]
+        _layer_norm.result_dtype(out_dtype, mod_dtype, modulated), tuple(_dtype(p) for p in params),  # type: ignore[arg-type]
         (("eps", eps), ("out_dtype", jnp.dtype(out_dtype)), ("mod_offset", mod_offset), ("mod_dtype", mod_dtype)),
     )
     return _run(spec, x, params, axes)

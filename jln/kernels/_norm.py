@@ -166,20 +166,28 @@ def _rstd(var: Array, eps: float) -> Array:
 # ----------------------------------------------------------------------------- the core's tails
 
 
+def _slots(spec: Spec, ops: tuple[Array, ...]) -> dict[str, Any]:
+    """The present operands by name, the absent ones ``None`` (the core's argument order)."""
+    got: dict[str, Any] = dict.fromkeys(("scale", "bias", "shift", "mscale"))
+    got.update(zip(spec.names, ops, strict=True))
+    return got
+
+
+def _y_dtype(spec: Spec) -> Any:
+    if spec.op == "ln":
+        modulated = "shift" in spec.names or "mscale" in spec.names
+        return _layer_norm.result_dtype(spec.kw["out_dtype"], spec.kw["mod_dtype"], modulated)
+    return spec.kw["out_dtype"]
+
+
 def _tail(spec: Spec) -> Any:
     """The core function applied after the statistics, taking ``(y, *present_operands)``."""
     kw = spec.kw
-    names = spec.names
-
-    def slots(ops: tuple[Array, ...]) -> dict[str, Array | None]:
-        got: dict[str, Array | None] = dict.fromkeys(("scale", "bias", "shift", "mscale"))
-        got.update(zip(names, ops, strict=True))
-        return got
 
     if spec.op == "ln":
 
         def ln_tail(y: Array, *ops: Array) -> Array:
-            s = slots(ops)
+            s = _slots(spec, ops)
             return _layer_norm.ln_affine(
                 y, s["scale"], s["bias"], s["shift"], s["mscale"],
                 out_dtype=kw["out_dtype"], mod_offset=kw["mod_offset"], mod_dtype=kw["mod_dtype"],
@@ -188,7 +196,7 @@ def _tail(spec: Spec) -> Any:
         return portable(ln_tail)
 
     def rms_tail(h: Array, *ops: Array) -> Array:
-        s = slots(ops)
+        s = _slots(spec, ops)
         return _rms_norm.rms_affine(
             h, s["scale"], s["bias"], scale_dtype=kw["scale_dtype"], convention=kw["convention"],
             io_dtype=kw["io_dtype"], out_dtype=kw["out_dtype"],
@@ -414,15 +422,9 @@ def _pallas(
 
 def _forward(spec: Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> tuple[Array, ...]:
     plan = spec.plan
-    kw = spec.kw
-    if spec.op == "ln":
-        modulated = "shift" in spec.names or "mscale" in spec.names
-        y_dtype = kw["mod_dtype"] if modulated else kw["out_dtype"]
-    else:
-        y_dtype = kw["out_dtype"]
     n_stats = 2 if spec.op == "ln" else 1
     stat = jax.ShapeDtypeStruct((plan.rows, 1), F32)
-    x_like = [jax.ShapeDtypeStruct((plan.rows, plan.n), y_dtype)]
+    x_like = [jax.ShapeDtypeStruct((plan.rows, plan.n), _y_dtype(spec))]
     if spec.add is not None:
         x_like.append(jax.ShapeDtypeStruct((plan.rows, plan.n), spec.add[0]))
     outs = _pallas(
@@ -570,8 +572,7 @@ def backward_nd(
 def _body(spec: Spec, x: Array, *ops: Array) -> Array:
     """The XLA body these kernels implement, on the kernel layout (``x [*lead, n]``, operands
     ``[*lead', n]``): the reference for forward mode and higher derivatives."""
-    named: dict[str, Any] = dict.fromkeys(("scale", "bias", "shift", "mscale"))
-    named.update(zip(spec.names, ops, strict=True))
+    named = _slots(spec, ops)
     kw = spec.kw
     if spec.op == "ln":
         return _layer_norm.ln_body(
@@ -582,13 +583,6 @@ def _body(spec: Spec, x: Array, *ops: Array) -> Array:
         x, named["scale"], named["bias"], axes=(x.ndim - 1,), eps=kw["eps"], convention=kw["convention"],
         io_dtype=kw["io_dtype"], out_dtype=kw["out_dtype"],
     )
-
-
-def _y_dtype(spec: Spec) -> Any:
-    kw = spec.kw
-    if spec.op == "ln" and ("shift" in spec.names or "mscale" in spec.names):
-        return kw["mod_dtype"]
-    return kw["out_dtype"]
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -682,11 +676,9 @@ def _backward_jvp(spec: Spec, primals: tuple[Any, ...], tangents: tuple[Any, ...
     t_base, t_ct_y, t_ct_s, _, *t_ops = tangents
     out = _backward_diff(spec, *primals)
     if ct_s is None:
-        fn = functools.partial(lambda b, c, *o: _backward_ref(spec, b, c, None, *o))
-        _, d_out = jax.jvp(fn, (base, ct_y, *ops), (t_base, t_ct_y, *t_ops))
+        _, d_out = jax.jvp(lambda b, c, *o: _backward_ref(spec, b, c, None, *o), (base, ct_y, *ops), (t_base, t_ct_y, *t_ops))
     else:
-        fn = functools.partial(_backward_ref, spec)
-        _, d_out = jax.jvp(fn, (base, ct_y, ct_s, *ops), (t_base, t_ct_y, t_ct_s, *t_ops))
+        _, d_out = jax.jvp(functools.partial(_backward_ref, spec), (base, ct_y, ct_s, *ops), (t_base, t_ct_y, t_ct_s, *t_ops))
     return out, d_out
 
 
