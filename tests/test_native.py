@@ -137,16 +137,24 @@ def test_large_offset_keeps_full_precision() -> None:
     assert np.max(np.abs(y - ref)) < 2e-6
 
 
+SHAPE_OPS = ("layer_norm", "rms/torch", "rms/llama", "rms/t5-no-weight")
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: jnp.dtype(d).name)
 @pytest.mark.parametrize("shape", [(1, 1), (4, 1), (2, 3), (7, 17), (2, 2, 4097), (70, 1000)])
-def test_shapes_including_threaded_chunks(shape: tuple[int, ...]) -> None:
-    # widths below/above the 16-lane blocks, and 70x1000 = 2+ row chunks (the thread-pool path)
-    x, w, b, ct = _inputs(jnp.float32, shape)
-    outs = []
-    for impl in ("native", "xla"):
-        y, pull = jax.vjp(lambda x, w, b, impl=impl: jln.layer_norm(x, w, b, impl=impl), x, w, b)
-        outs.append((y, *pull(ct)))
-    for a, c, what in zip(outs[0], outs[1], ("y", "dx", "dscale", "dbias"), strict=True):
-        _close(a, c, f"{shape} {what}", rel_ulps=32)
+def test_shapes_including_threaded_chunks(shape: tuple[int, ...], dt: Any) -> None:
+    # widths below/above the 16-lane blocks (the scalar tails of every sweep, including the
+    # half-precision scratch row), 70x1000 = 2+ row chunks (the thread-pool path), an offset
+    # mean (the pivot), the fused simple sweep and the general one (llama's rounding steps)
+    x, w, b, ct = _inputs(dt, shape, offset=3.0)
+    ops = _ops(dt)
+    for name in SHAPE_OPS:
+        outs = []
+        for impl in ("native", "xla"):
+            y, pull = jax.vjp(lambda x, w, b, impl=impl, f=ops[name]: f(x, w, b, impl), x, w, b)
+            outs.append((y, *pull(ct.astype(y.dtype))))
+        for a, c, what in zip(outs[0], outs[1], ("y", "dx", "dscale", "dbias"), strict=True):
+            _close(a, c, f"{name} {shape} {jnp.dtype(dt).name} {what}", rel_ulps=32 if dt == jnp.float32 else 4)
 
 
 def test_special_values_propagate_like_xla() -> None:

@@ -40,9 +40,11 @@
 #include <thread>
 #include <vector>
 
-#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512VL__)
+#if defined(__AVX512F__)
 #include <immintrin.h>
+#if defined(__AVX512BF16__) && defined(__AVX512VL__)
 #define JLN_AVX512_BF16 1
+#endif
 #endif
 
 #include "xla/ffi/api/ffi.h"
@@ -212,6 +214,48 @@ inline float vsum(int64_t n, F f, T tail) {
   return hsum((a0 + a1) + (a2 + a3)) + t;
 }
 
+// a * b + c rounded once where the CPU has FMA: only inside row sums, whose float32 order
+// already differs from XLA's; every elementwise output step keeps its own rounding
+inline vf vfma(vf a, vf b, vf c) {
+#if defined(__AVX512F__)
+  return reinterpret_cast<vf>(_mm512_fmadd_ps(reinterpret_cast<__m512>(a), reinterpret_cast<__m512>(b),
+                                              reinterpret_cast<__m512>(c)));
+#else
+  return a * b + c;
+#endif
+}
+
+// sum over j < n of f(j) * f(j) (f as for vsum; tail(j) the scalar square), with fused
+// multiply-adds and four independent accumulators
+template <typename F, typename T>
+inline float vsumsq(int64_t n, F f, T tail) {
+  vf a0 = {}, a1 = {}, a2 = {}, a3 = {};
+  int64_t j = 0;
+  for (; j + 4 * V <= n; j += 4 * V) {
+    const vf d0 = f(j), d1 = f(j + V), d2 = f(j + 2 * V), d3 = f(j + 3 * V);
+    a0 = vfma(d0, d0, a0);
+    a1 = vfma(d1, d1, a1);
+    a2 = vfma(d2, d2, a2);
+    a3 = vfma(d3, d3, a3);
+  }
+  for (; j + V <= n; j += V) {
+    const vf d = f(j);
+    a0 = vfma(d, d, a0);
+  }
+  float t = 0;
+  for (; j < n; ++j) t += tail(j);
+  return hsum((a0 + a1) + (a2 + a3)) + t;
+}
+
+// Hints the next row of x into the L2 cache while the current row is computed (call once
+// per 16 elements, at the offset one row ahead): alone, the hardware prefetcher leaves the
+// memory stream idle during a row's arithmetic. Prefetches never fault, so hinting past the
+// end of the array is harmless.
+template <int KX>
+inline void prefetch_next(const void* x, int64_t at) {
+  __builtin_prefetch(static_cast<const char*>(x) + at * (KX == kF32 ? 4 : 2), 0, 2);
+}
+
 enum Param : int { kW = 0, kB = 1, kShift = 2, kMscale = 3, kParams = 4 };
 
 struct Config {
@@ -232,62 +276,85 @@ struct Params {
   const float* row(const Config& c, int k, int64_t r) const { return p[k] + (r / c.per[k]) * c.n; }
 };
 
-// Row statistics: returns (pivot, m, rstd); h(j) = ((x - p) - m) * rstd (center) or x * rstd.
+// Row statistics in two exact passes (center: the mean about the pivot p = x[0], then the
+// sum of squared deviations d = (x - p) - m; RMS: the sum of squares). Returns the row the
+// output sweep reads, as float32: for float32 x the row itself (pivot still in it: the
+// sweep subtracts p), for half x the scratch row `t` that the first pass fills with the
+// widened row about its pivot (x - p, or x for RMS), so each element is widened once and the
+// later sweeps read it from cache. Sets p (0 for RMS), m (the mean about the pivot; 0 for
+// RMS) and rstd.
 template <int KX>
-inline void row_stats(const Config& c, const void* x, int64_t o, float* p, float* m, float* rstd) {
+inline const float* row_stats(const Config& c, const void* x, int64_t o, float* __restrict__ t, float* p,
+                              float* m, float* rstd) {
   const int64_t n = c.n;
   const float fn = float(n);
+  constexpr bool wide = KX == kF32;  // no scratch: read x in place
+  const float* row = wide ? static_cast<const float*>(x) + o : t;
+  float q;
   if (c.center) {
     const float pv = load<KX>(x, o);
-    const float s = vsum(n, [&](int64_t j) { return vload<KX>(x, o + j) - pv; },
-                         [&](int64_t j) { return load<KX>(x, o + j) - pv; });
-    const float mm = s / fn;
-    const float q = vsum(
+    const float s = vsum(
         n,
         [&](int64_t j) {
-          const vf d = (vload<KX>(x, o + j) - pv) - mm;
-          return d * d;
+          const vf d = vload<KX>(x, o + j) - pv;
+          if constexpr (!wide) std::memcpy(t + j, &d, sizeof(d));
+          return d;
         },
         [&](int64_t j) {
-          const float d = (load<KX>(x, o + j) - pv) - mm;
-          return d * d;
+          const float d = load<KX>(x, o + j) - pv;
+          if constexpr (!wide) t[j] = d;
+          return d;
         });
-    *p = pv;
+    const float mm = s / fn;
+    const float shift = wide ? pv : 0.0f;  // t already holds x - p
+    q = vsumsq(n, [&](int64_t j) { return (vload<kF32>(row, j) - shift) - mm; },
+               [&](int64_t j) {
+                 const float d = (row[j] - shift) - mm;
+                 return d * d;
+               });
+    *p = shift;
     *m = mm;
-    *rstd = 1.0f / std::sqrt(q / fn + c.eps);
   } else {
-    const float q = vsum(
+    q = vsumsq(
         n,
         [&](int64_t j) {
           const vf v = vload<KX>(x, o + j);
-          return v * v;
+          if constexpr (!wide) std::memcpy(t + j, &v, sizeof(v));
+          return v;
         },
         [&](int64_t j) {
           const float v = load<KX>(x, o + j);
+          if constexpr (!wide) t[j] = v;
           return v * v;
         });
     *p = 0;
     *m = 0;
-    *rstd = 1.0f / std::sqrt(q / fn + c.eps);
   }
+  *rstd = 1.0f / std::sqrt(q / fn + c.eps);
+  return row;
 }
 
-// The common forward (no rounding steps, no modulation, no gemma): one fused sweep per row,
-// specialized on (center, scale, bias) so the loop carries no branches.
+// The common forward (no rounding steps, no modulation, no gemma): one fused sweep over the
+// float32 row `t` from row_stats, specialized on (center, scale, bias) so the loop carries no
+// branches; h = ((x - p) - m) * rstd (the pivot is subtracted here for float32 x, already in
+// `t` for half x). Meanwhile the next row of x is hinted into cache (`o`: the row's offset).
 template <int KX, int KY, bool C, bool W, bool B>
-inline void simple_out_t(const void* x, int64_t o, int64_t n, float p, float m, float rs,
-                         const float* w, const float* b, void* y) {
+inline void simple_out_t(const float* __restrict__ t, int64_t n, float p, float m, float rs, const float* w,
+                         const float* b, const void* x, void* y, int64_t o) {
   int64_t j = 0;
   for (; j + V <= n; j += V) {
-    vf v = vload<KX>(x, o + j);
-    v = C ? ((v - p) - m) * rs : v * rs;
+    prefetch_next<KX>(x, o + n + j);
+    vf v = vload<kF32>(t, j);
+    if constexpr (C && KX == kF32) v = v - p;
+    v = C ? (v - m) * rs : v * rs;
     if constexpr (W) v = v * vload<kF32>(w, j);
     if constexpr (B) v = v + vload<kF32>(b, j);
     vstore<KY>(y, o + j, v);
   }
   for (; j < n; ++j) {
-    float v = load<KX>(x, o + j);
-    v = C ? ((v - p) - m) * rs : v * rs;
+    float v = t[j];
+    if constexpr (C && KX == kF32) v = v - p;
+    v = C ? (v - m) * rs : v * rs;
     if constexpr (W) v = v * w[j];
     if constexpr (B) v = v + b[j];
     store<KY>(y, o + j, v);
@@ -295,18 +362,18 @@ inline void simple_out_t(const void* x, int64_t o, int64_t n, float p, float m, 
 }
 
 template <int KX, int KY>
-inline void simple_out(const Config& c, const void* x, int64_t o, float p, float m, float rs,
-                       const float* w, const float* b, void* y) {
+inline void simple_out(const Config& c, const float* t, float p, float m, float rs, const float* w,
+                       const float* b, const void* x, void* y, int64_t o) {
   const int key = (c.center ? 4 : 0) | (w ? 2 : 0) | (b ? 1 : 0);
   switch (key) {
-    case 7: return simple_out_t<KX, KY, true, true, true>(x, o, c.n, p, m, rs, w, b, y);
-    case 6: return simple_out_t<KX, KY, true, true, false>(x, o, c.n, p, m, rs, w, b, y);
-    case 5: return simple_out_t<KX, KY, true, false, true>(x, o, c.n, p, m, rs, w, b, y);
-    case 4: return simple_out_t<KX, KY, true, false, false>(x, o, c.n, p, m, rs, w, b, y);
-    case 3: return simple_out_t<KX, KY, false, true, true>(x, o, c.n, p, m, rs, w, b, y);
-    case 2: return simple_out_t<KX, KY, false, true, false>(x, o, c.n, p, m, rs, w, b, y);
-    case 1: return simple_out_t<KX, KY, false, false, true>(x, o, c.n, p, m, rs, w, b, y);
-    default: return simple_out_t<KX, KY, false, false, false>(x, o, c.n, p, m, rs, w, b, y);
+    case 7: return simple_out_t<KX, KY, true, true, true>(t, c.n, p, m, rs, w, b, x, y, o);
+    case 6: return simple_out_t<KX, KY, true, true, false>(t, c.n, p, m, rs, w, b, x, y, o);
+    case 5: return simple_out_t<KX, KY, true, false, true>(t, c.n, p, m, rs, w, b, x, y, o);
+    case 4: return simple_out_t<KX, KY, true, false, false>(t, c.n, p, m, rs, w, b, x, y, o);
+    case 3: return simple_out_t<KX, KY, false, true, true>(t, c.n, p, m, rs, w, b, x, y, o);
+    case 2: return simple_out_t<KX, KY, false, true, false>(t, c.n, p, m, rs, w, b, x, y, o);
+    case 1: return simple_out_t<KX, KY, false, false, true>(t, c.n, p, m, rs, w, b, x, y, o);
+    default: return simple_out_t<KX, KY, false, false, false>(t, c.n, p, m, rs, w, b, x, y, o);
   }
 }
 
@@ -358,13 +425,16 @@ inline void affine(const Config& c, const Params& P, int64_t r, float* h) {
 
 // Every other forward (rounding steps, gemma, modulation): still one sweep per row, each
 // step applied to 16 lanes in registers (the step flags are the same for every vector).
+// `t`, p: the float32 row and pivot from row_stats; `o`: the row's offset in x and y.
 template <int KX, int KY>
-inline void general_out(const Config& c, const void* x, int64_t o, float p, float m, float rs,
-                        const float* w, const float* b, const float* f, const float* sh, void* y, float* tmp) {
+inline void general_out(const Config& c, const float* __restrict__ t, float p, float m, float rs,
+                        const float* w, const float* b, const float* f, const float* sh, const void* x,
+                        void* y, int64_t o) {
   const int64_t n = c.n;
   int64_t j = 0;
   for (; j + V <= n; j += V) {
-    vf v = vload<KX>(x, o + j);
+    prefetch_next<KX>(x, o + n + j);
+    vf v = vload<kF32>(t, j);
     v = c.center ? ((v - p) - m) * rs : v * rs;
     v = vround(v, c.round_h);
     if (w) v = c.gemma ? v * (1.0f + vload<kF32>(w, j)) : v * vload<kF32>(w, j);
@@ -377,27 +447,25 @@ inline void general_out(const Config& c, const void* x, int64_t o, float p, floa
   }
   if (j == n) return;
   // the last n % 16 elements through the scalar steps
-  const int64_t t = n - j;
-  for (int64_t i = 0; i < t; ++i) {
-    const float v = load<KX>(x, o + j + i);
-    tmp[i] = c.center ? ((v - p) - m) * rs : v * rs;
-  }
-  round_inplace(tmp, t, c.round_h);
-  if (w) weigh(tmp, w + j, t, c.gemma);
-  round_inplace(tmp, t, c.round_y);
+  float tmp[V];
+  const int64_t k = n - j;
+  for (int64_t i = 0; i < k; ++i) tmp[i] = c.center ? ((t[j + i] - p) - m) * rs : t[j + i] * rs;
+  round_inplace(tmp, k, c.round_h);
+  if (w) weigh(tmp, w + j, k, c.gemma);
+  round_inplace(tmp, k, c.round_y);
   if (b) {
-    for (int64_t i = 0; i < t; ++i) tmp[i] = tmp[i] + b[j + i];
+    for (int64_t i = 0; i < k; ++i) tmp[i] = tmp[i] + b[j + i];
   }
-  round_inplace(tmp, t, c.round_b);
+  round_inplace(tmp, k, c.round_b);
   if (f) {
-    for (int64_t i = 0; i < t; ++i) tmp[i] = tmp[i] * f[j + i];
-    round_inplace(tmp, t, c.round_f);
+    for (int64_t i = 0; i < k; ++i) tmp[i] = tmp[i] * f[j + i];
+    round_inplace(tmp, k, c.round_f);
   }
   if (sh) {
-    for (int64_t i = 0; i < t; ++i) tmp[i] = tmp[i] + sh[j + i];
-    round_inplace(tmp, t, c.round_s);
+    for (int64_t i = 0; i < k; ++i) tmp[i] = tmp[i] + sh[j + i];
+    round_inplace(tmp, k, c.round_s);
   }
-  for (int64_t i = 0; i < t; ++i) store<KY>(y, o + j + i, tmp[i]);
+  for (int64_t i = 0; i < k; ++i) store<KY>(y, o + j + i, tmp[i]);
 }
 
 template <int KX, int KY>
@@ -405,18 +473,18 @@ void fwd_rows(const Config& c, const void* x, const Params& P, void* y, float* m
               float* rstd_out, int64_t r0, int64_t r1) {
   const int64_t n = c.n;
   std::vector<float> buf(static_cast<size_t>(n), 0.0f), fbuf(buf);
-  float* h = buf.data();
+  float* t = buf.data();
   float* f = fbuf.data();
   int64_t f_group = -1;
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * n;
     float p, m, rs;
-    row_stats<KX>(c, x, o, &p, &m, &rs);
+    const float* row = row_stats<KX>(c, x, o, t, &p, &m, &rs);
     mean[r] = m;
     rstd_out[r] = rs;
     if (c.simple()) {
-      simple_out<KX, KY>(c, x, o, p, m, rs, c.has[kW] ? P.row(c, kW, r) : nullptr,
-                         c.has[kB] ? P.row(c, kB, r) : nullptr, y);
+      simple_out<KX, KY>(c, row, p, m, rs, c.has[kW] ? P.row(c, kW, r) : nullptr,
+                         c.has[kB] ? P.row(c, kB, r) : nullptr, x, y, o);
       continue;
     }
     const float* wr = c.has[kW] ? P.row(c, kW, r) : nullptr;
@@ -426,7 +494,7 @@ void fwd_rows(const Config& c, const void* x, const Params& P, void* y, float* m
       f_group = r / c.per[kMscale];
       factor_row(c, P.row(c, kMscale, r), f);
     }
-    general_out<KX, KY>(c, x, o, p, m, rs, wr, br, c.has[kMscale] ? f : nullptr, sr, y, h);
+    general_out<KX, KY>(c, row, p, m, rs, wr, br, c.has[kMscale] ? f : nullptr, sr, x, y, o);
   }
 }
 
