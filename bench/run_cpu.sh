@@ -3,11 +3,14 @@
 #
 #   bench/run_cpu.sh [OUT_DIR]          (default: bench/results)
 #
-# Both frameworks run single-threaded (XLA without its Eigen pool, torch.set_num_threads(1)):
-# on a small or shared machine, multi-threaded runtimes that spin-wait on each other's cores
-# turn a 1 ms kernel into a 20 ms scheduler quantum, which would measure the machine, not the
-# norm. torch.compile (inductor) compiles slowly on CPU; once its budget is spent the remaining
-# torch.compile cases are recorded as skipped with that reason.
+# Everything runs on one core: the process is pinned with taskset (when present), torch gets
+# one thread, and XLA sizes its intra-op pool (which jln's native kernels share) from the
+# pinned affinity. XLA_FLAGS' --xla_cpu_multi_thread_eigen=false alone is not enough: XLA:CPU
+# still runs its loop fusions on its intra-op pool (measured on 2 cores: XLA's float32 RMSNorm
+# forward took 409 us unpinned, 602 us pinned), where torch with one thread would not. On a
+# small or shared machine, runtimes that spin-wait on each other's cores would also measure
+# the machine, not the norm. torch.compile (inductor) compiles slowly on CPU; once its budget
+# is spent the remaining torch.compile cases are recorded as skipped with that reason.
 # Extra arguments go to `jln bench` (e.g. --quick, --ops layer_norm).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -22,9 +25,13 @@ mkdir -p "$out"
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 export JAX_PLATFORMS=cpu
 export XLA_FLAGS="--xla_cpu_multi_thread_eigen=false ${XLA_FLAGS:-}"
-python -m jln.cli.bench \
+pin=()
+if command -v taskset >/dev/null 2>&1; then
+  pin=(taskset -c "$(python -c 'import os; print(min(os.sched_getaffinity(0)))')")
+fi
+"${pin[@]}" python -m jln.cli.bench \
   --elements 1048576 --widths 256,1024,4096,16384 --dtypes float32,bfloat16 \
   --reps 11 --torch-threads 1 --compile-budget-s 240 \
-  --title "jln bench: CPU (single thread per framework)" \
+  --title "jln bench: CPU (one core, pinned)" \
   --json "$out/cpu.json" --plot "$out/cpu.png" --md "$out/cpu.md" "$@"
 echo "wrote $out/cpu.json $out/cpu.png $out/cpu.md"

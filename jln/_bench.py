@@ -8,11 +8,14 @@ XLA copy, or torch's device-to-device copy when torch runs on the GPU and is fas
   x and writes y, ``2·M·N·b``; forward+backward reads x and dy and writes dx, ``3·M·N·b``; the
   fused residual add doubles both (it also reads the residual and writes the sum). Per-feature
   parameters and per-row statistics are ignored (``O(N + M)``).
-* Timing (:func:`time_calls`): warm-up, then the median of ``reps`` samples; a sample runs
-  ``inner`` back-to-back calls rotating over several input buffers (so the working set exceeds
-  the last-level cache) and blocks once, at its end. Compilation is timed separately.
-* The floor: ``-x`` over the same buffers (2·M·N·b), timed once per shape and again right
-  after every case; a record's ``pct_of_copy`` uses the faster of the two copy timings.
+* Timing (:func:`time_interleaved`): warm-up, then the median of ``reps`` samples; a sample
+  runs ``inner`` back-to-back calls rotating over several input buffers (so the working set
+  exceeds the last-level cache) and blocks once, at its end. The implementations of one case
+  (op, shape, dtype, direction) and the copy are sampled in turns, one sample each per round,
+  so a machine whose speed drifts (a shared host, a throttling chip) shifts them alike and
+  their ratios hold. Compilation is timed separately.
+* The floor: ``-x`` over the same buffers (2·M·N·b), timed once per shape and again in turns
+  with every case; a record's ``pct_of_copy`` uses the faster of the two copy timings.
 * Saved residuals (:func:`residual_bytes_per_elem`): the arrays ``jax.vjp`` keeps for the
   backward pass, from the leaves of its ``vjp`` function (shapes only, nothing runs); arrays
   with fewer than N elements (per-row statistics, small parameters) are left out, as they
@@ -128,6 +131,43 @@ class Timing:
     inner: int
 
 
+#: One timed implementation: ``(call, n_buffers, sync)``, as :func:`time_calls` takes them.
+Timed = tuple[Callable[[int], Any], int, Callable[[Any], Any]]
+
+
+def time_interleaved(calls: dict[str, Timed], *, reps: int, warmup: int, min_sample_s: float) -> dict[str, Timing]:
+    """Median seconds per call of each ``calls[name] = (call, n_buffers, sync)``, sampled in turns.
+
+    ``call(i)`` runs on input set ``i < n_buffers``. Each sample issues ``inner`` calls back to
+    back, rotating the buffers, and synchronises once at its end (``sync`` on the list of
+    outputs); ``inner`` is chosen per implementation so a sample lasts at least
+    ``min_sample_s``, which hides dispatch overhead for fast kernels. Round ``r`` takes one
+    sample of every implementation, starting at the ``r``-th (so none is always first).
+    """
+    inner: dict[str, int] = {}
+    for name, (call, n_buffers, sync) in calls.items():
+        for i in range(max(warmup, 1)):
+            sync(call(i % n_buffers))
+        t0 = time.perf_counter()
+        sync(call(0))
+        est = max(time.perf_counter() - t0, 1e-7)
+        inner[name] = int(min(64, max(1, math.ceil(min_sample_s / est))))
+    names = list(calls)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    nxt = dict.fromkeys(names, 1)
+    for r in range(max(reps, 1)):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            call, n_buffers, sync = calls[name]
+            k, m = nxt[name], inner[name]
+            t0 = time.perf_counter()
+            outs = [call((k + j) % n_buffers) for j in range(m)]
+            sync(outs)
+            samples[name].append((time.perf_counter() - t0) / m)
+            nxt[name] = k + m
+            del outs
+    return {name: Timing(float(np.median(v)), float(np.min(v)), len(v), inner[name]) for name, v in samples.items()}
+
+
 def time_calls(
     call: Callable[[int], Any],
     n_buffers: int,
@@ -137,28 +177,9 @@ def time_calls(
     warmup: int,
     min_sample_s: float,
 ) -> Timing:
-    """Median seconds per call of ``call(i)`` (``i`` picks one of ``n_buffers`` input sets).
-
-    Each sample issues ``inner`` calls back to back, rotating the buffers, and synchronises
-    once at its end (``sync`` on the list of outputs); ``inner`` is chosen so a sample lasts at
-    least ``min_sample_s``, which hides dispatch overhead for fast kernels.
-    """
-    for i in range(max(warmup, 1)):
-        sync(call(i % n_buffers))
-    t0 = time.perf_counter()
-    sync(call(0))
-    est = max(time.perf_counter() - t0, 1e-7)
-    inner = int(min(64, max(1, math.ceil(min_sample_s / est))))
-    samples = []
-    k = 1
-    for _ in range(max(reps, 1)):
-        t0 = time.perf_counter()
-        outs = [call((k + j) % n_buffers) for j in range(inner)]
-        sync(outs)
-        samples.append((time.perf_counter() - t0) / inner)
-        k += inner
-        del outs
-    return Timing(float(np.median(samples)), float(np.min(samples)), len(samples), inner)
+    """Median seconds per call of ``call(i)`` (``i`` picks one of ``n_buffers`` input sets):
+    :func:`time_interleaved` for one implementation."""
+    return time_interleaved({"": (call, n_buffers, sync)}, reps=reps, warmup=warmup, min_sample_s=min_sample_s)[""]
 
 
 # --------------------------------------------------------------------------------------------
@@ -317,8 +338,7 @@ class _Runner:
         self.start = time.perf_counter()
         self.compile_spent = 0.0
         self.results: list[dict[str, Any]] = []
-        self.copy_call: Callable[[int], Any] = lambda i: None
-        self.copy_sync: Callable[[Any], Any] = jax.block_until_ready
+        self.copy_timed: Timed = (lambda i: None, 1, jax.block_until_ready)
         self.skipped: list[dict[str, Any]] = []
         self.torch_device = self._torch_device() if any(i in impls.TORCH_IMPLS for i in cfg.impls) else None
 
@@ -332,9 +352,9 @@ class _Runner:
             return "cuda"
         return "cpu"
 
-    def timing(self, call: Callable[[int], Any], n: int, sync: Callable[[Any], Any]) -> Timing:
+    def timing(self, calls: dict[str, Timed]) -> dict[str, Timing]:
         c = self.cfg
-        return time_calls(call, n, sync, reps=c.reps, warmup=c.warmup, min_sample_s=c.min_sample_s)
+        return time_interleaved(calls, reps=c.reps, warmup=c.warmup, min_sample_s=c.min_sample_s)
 
     def over_budget(self) -> str | None:
         b = self.cfg.budget_s
@@ -369,9 +389,9 @@ class _Runner:
         t0 = time.perf_counter()
         compiled = jax.jit(fn).lower(*args[0]).compile()
         compile_s = time.perf_counter() - t0
-        tm = self.timing(lambda i: compiled(*args[i]), n, jax.block_until_ready)
         res = residual_bytes_per_elem(f, inputs[0][0])
-        return {"median_s": tm.median_s, "compile_s": compile_s, "residual": res, "timing": tm}
+        timed: Timed = (lambda i: compiled(*args[i]), n, jax.block_until_ready)
+        return {"timed": timed, "compile_s": compile_s, "residual": res}
 
     # -- torch ---------------------------------------------------------------------------
 
@@ -438,8 +458,8 @@ class _Runner:
             finally:
                 compile_s = time.perf_counter() - t0 + build_s
                 self.compile_spent += compile_s
-        tm = self.timing(call, n, sync)
-        return {"median_s": tm.median_s, "compile_s": compile_s, "residual": res, "timing": tm}
+        timed: Timed = (call, n, sync)
+        return {"timed": timed, "compile_s": compile_s, "residual": res}
 
     # -- the sweep -----------------------------------------------------------------------
 
@@ -455,9 +475,8 @@ class _Runner:
                 data = make_data(rows, width, dtype, n, c.seed)
                 copy_gbps = self.copy_case(rows, width, dtype, data)
                 for op in c.ops:
-                    for impl in c.impls:
-                        for direction in c.directions:
-                            self.one(impl, op, rows, width, dtype, direction, data, copy_gbps, itemsize)
+                    for direction in c.directions:
+                        self.case(op, rows, width, dtype, direction, data, copy_gbps, itemsize)
                 del data
 
     def copy_case(self, rows: int, width: int, dtype: str, data: dict[str, Any]) -> float | None:
@@ -477,11 +496,10 @@ class _Runner:
             dsts = [torch.empty_like(t) for t in srcs]
             calls["torch"] = (lambda i: dsts[i].copy_(srcs[i]), lambda _: torch.cuda.synchronize())
         nbytes = 2 * rows * width * jnp.dtype(dtype).itemsize
-        by: dict[str, Timing] = {name: self.timing(call, len(xs), sync) for name, (call, sync) in calls.items()}
+        by = self.timing({name: (call, len(xs), sync) for name, (call, sync) in calls.items()})
         via = min(by, key=lambda name: by[name].median_s)
         tm = by[via]
-        call, sync = calls[via]
-        self.copy_call, self.copy_sync = call, sync
+        self.copy_timed = (calls[via][0], len(xs), calls[via][1])
         gbps = nbytes / tm.median_s / 1e9
         self.results.append({**key, "median_us": tm.median_s * 1e6, "min_us": tm.min_s * 1e6,
                              "gbps": gbps, "pct_of_copy": 100.0,
@@ -491,50 +509,62 @@ class _Runner:
                              **{f"{name}_gbps": nbytes / t.median_s / 1e9 for name, t in by.items()}})
         return gbps
 
-    def one(self, impl: str, op: str, rows: int, width: int, dtype: str, direction: str,
-            data: dict[str, Any], copy_gbps: float | None, itemsize: int) -> None:
-        key = _case_key(impl, op, rows, width, dtype, direction)
+    def prepare(self, impl: str, op: str, rows: int, width: int, dtype: str, direction: str,
+                data: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+        """Compile (or build) one implementation's case: ``(prepared, None)``, or ``(None, why)``."""
         self.progress(f"{op} {impl} {rows}x{width} {dtype} {direction}")
         reason = self.over_budget()
-        out = None
-        if reason is None:
-            try:
-                if impl in impls.TORCH_IMPLS:
-                    out = self.torch_case(op, impl == "torch-compile", direction, data)
-                else:
-                    out = self.jax_case(impls.jax_op(impl, op), op, direction, data)
-            except impls.Skip as e:
-                reason = str(e)
-            except ValueError as e:  # e.g. impl="pallas" refusing this case
-                reason = f"ValueError: {e}"
-            except Exception as e:  # noqa: BLE001 - a benchmark records a failure, it does not stop
-                reason = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
-        if out is None:
-            self.skipped.append({**key, "reason": reason})
+        if reason is not None:
+            return None, reason
+        try:
+            if impl in impls.TORCH_IMPLS:
+                return self.torch_case(op, impl == "torch-compile", direction, data), None
+            return self.jax_case(impls.jax_op(impl, op), op, direction, data), None
+        except impls.Skip as e:
+            return None, str(e)
+        except ValueError as e:  # e.g. impl="pallas" refusing this case
+            return None, f"ValueError: {e}"
+        except Exception as e:  # noqa: BLE001 - a benchmark records a failure, it does not stop
+            return None, f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+
+    def case(self, op: str, rows: int, width: int, dtype: str, direction: str,
+             data: dict[str, Any], copy_gbps: float | None, itemsize: int) -> None:
+        """Every implementation of one (op, shape, dtype, direction), timed in turns with the copy."""
+        ready: dict[str, dict[str, Any]] = {}
+        for impl in self.cfg.impls:
+            out, reason = self.prepare(impl, op, rows, width, dtype, direction, data)
+            if out is None:
+                self.skipped.append({**_case_key(impl, op, rows, width, dtype, direction), "reason": reason})
+            else:
+                ready[impl] = out
+        if not ready:
             return
-        nbytes = bytes_moved(op, rows, width, itemsize, direction)
-        gbps = nbytes / out["median_s"] / 1e9
-        tm: Timing = out["timing"]
-        # The floor is re-measured right after each case on the same buffers, so a shared or
-        # throttling machine shifts both numbers together; the better of the two copy timings
-        # (this one and the width's first) is the reference.
-        again = self.timing(self.copy_call, len(data["sets"]), self.copy_sync)
+        # the floor is sampled in the same rounds as the implementations, on the same buffers,
+        # so a shared or throttling machine shifts all numbers together; the better of this
+        # copy timing and the width's first one is the reference
+        copy = " copy"  # not an impl name
+        timings = self.timing({**{impl: out["timed"] for impl, out in ready.items()}, copy: self.copy_timed})
+        again = timings.pop(copy)
         copy_gbps = max(copy_gbps or 0.0, 2 * rows * width * itemsize / again.median_s / 1e9) or None
-        self.results.append({
-            **key,
-            "median_us": out["median_s"] * 1e6,
-            "min_us": tm.min_s * 1e6,
-            "gbps": gbps,
-            "pct_of_copy": None if not copy_gbps else 100.0 * gbps / copy_gbps,
-            "compile_s": out["compile_s"],
-            "residual_bytes_per_elem": out["residual"],
-            "bytes": nbytes,
-            "floor_us": None if not copy_gbps else nbytes / (copy_gbps * 1e9) * 1e6,
-            "copy_gbps": copy_gbps,
-            "n_buffers": len(data["sets"]),
-            "inner": tm.inner,
-            "reps": tm.samples,
-        })
+        nbytes = bytes_moved(op, rows, width, itemsize, direction)
+        for impl, tm in timings.items():
+            out = ready[impl]
+            gbps = nbytes / tm.median_s / 1e9
+            self.results.append({
+                **_case_key(impl, op, rows, width, dtype, direction),
+                "median_us": tm.median_s * 1e6,
+                "min_us": tm.min_s * 1e6,
+                "gbps": gbps,
+                "pct_of_copy": None if not copy_gbps else 100.0 * gbps / copy_gbps,
+                "compile_s": out["compile_s"],
+                "residual_bytes_per_elem": out["residual"],
+                "bytes": nbytes,
+                "floor_us": None if not copy_gbps else nbytes / (copy_gbps * 1e9) * 1e6,
+                "copy_gbps": copy_gbps,
+                "n_buffers": len(data["sets"]),
+                "inner": tm.inner,
+                "reps": tm.samples,
+            })
 
 
 def count_cases(cfg: Config) -> int:

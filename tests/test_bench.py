@@ -131,6 +131,21 @@ def test_time_calls_rotates_buffers_and_syncs_once_per_sample() -> None:
     assert timed == [(1 + k) % 3 for k in range(5)]  # consecutive samples use different buffers
 
 
+def test_time_interleaved_takes_turns() -> None:
+    # one sample of every implementation per round, the first of round r being the r-th
+    log: list[tuple[str, int]] = []
+
+    def timed(name: str) -> _bench.Timed:
+        return (lambda i: log.append((name, i)) or i, 2, lambda outs: None)
+
+    tms = _bench.time_interleaved({"a": timed("a"), "b": timed("b"), "c": timed("c")},
+                                  reps=4, warmup=1, min_sample_s=0.0)
+    assert {k: (t.samples, t.inner) for k, t in tms.items()} == {"a": (4, 1), "b": (4, 1), "c": (4, 1)}
+    timed_calls = log[6:]  # after a warm-up call and an estimate each
+    assert [name for name, _ in timed_calls] == list("abc" "bca" "cab" "abc")
+    assert [i for name, i in timed_calls if name == "b"] == [1, 0, 1, 0]  # buffers rotate per impl
+
+
 def test_same_data_across_impls() -> None:
     # Every implementation computes the same layer norm on the same buffers (a float64 reference).
     data = _bench.make_data(32, 256, jnp.float32, 1)
