@@ -75,9 +75,9 @@ def apply(
     ``x`` sharded over explicit mesh axes runs on its local blocks (:mod:`jln._distributed`).
 
     ``addends = (a, b)`` marks ``x`` as the residual sum ``a + b`` (``add_*_norm``): the call
-    then returns ``(y, s)``, where the Pallas kernels read ``a`` and ``b`` and write ``s``
-    themselves (one pass instead of an XLA add and a kernel), and every other path returns
-    ``x`` as ``s``.
+    then returns ``(y, s)``, where the Pallas kernels, and the native CPU kernels when ``a``,
+    ``b`` and ``x`` share a dtype, read ``a`` and ``b`` and write ``s`` themselves (one pass
+    instead of an XLA add and a kernel), and every other path returns ``x`` as ``s``.
     """
     dist = {} if axis_name is None else dict(axis_name=axis_name, axis_index_groups=axis_index_groups)
     path = choose(impl, fn, op, x, axis_name, operands, **static)
@@ -98,6 +98,8 @@ def apply(
         if path == "native":
             from jln.kernels import _cpu
 
+            if addends is not None and _cpu.fuses_add(x, addends):
+                return getattr(_cpu, kernel)(x, *operands, **static, addends=addends)
             y = getattr(_cpu, kernel)(x, *operands, **static)
         else:
             y = body(x, *operands, **static, **dist)

@@ -128,6 +128,52 @@ def test_auto_takes_native_kernels_and_xla_does_not() -> None:
     assert "jln_cpu_norm" not in hlo("xla")
 
 
+ADD_OPS: dict[str, Callable[..., Any]] = {
+    "add_layer_norm": lambda x, r, w, b, impl: jln.add_layer_norm(x, r, w, b, impl=impl),
+    "add_layer_norm/no-params": lambda x, r, w, b, impl: jln.add_layer_norm(x, r, impl=impl),
+    "add_rms_norm/llama": lambda x, r, w, b, impl: jln.add_rms_norm(x, r, w, convention="llama", impl=impl),
+    "add_rms_norm/torch": lambda x, r, w, b, impl: jln.add_rms_norm(x, r, w, impl=impl),
+}
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("name", list(ADD_OPS))
+def test_fused_residual_step_matches_xla_path(name: str, dt: Any) -> None:
+    # the native kernel writes s = x + residual itself: s bit-identical to XLA's add, y as the
+    # unfused kernel, and every derivative (cotangents on both y and s, forward mode, vmap)
+    x, w, b, ct = _inputs(dt, (3, 5, 37), offset=2.0)
+    r = jnp.flip(x, -1) * 0.5
+    f = ADD_OPS[name]
+    got, want = [], []
+    for impl, out in (("native", got), ("xla", want)):
+        (y, s), pull = jax.vjp(lambda x, r, w, b, impl=impl: f(x, r, w, b, impl), x, r, w, b)
+        out += [y, s, *pull((ct.astype(y.dtype), (0.5 * ct[::-1]).astype(s.dtype)))]
+        out += list(jax.jvp(lambda x, r, impl=impl: f(x, r, w, b, impl), (x, r), (ct.astype(dt), x))[1])
+        out += list(jax.vmap(lambda x, r, impl=impl: f(x, r, w, b, impl))(x, r))
+    np.testing.assert_array_equal(np.asarray(got[1], np.float32), np.asarray(want[1], np.float32))
+    if dt != jnp.float32:  # y is the float32 value rounded once: bit-identical but for rare ties
+        same = float(jnp.mean((got[0] == want[0]).astype(jnp.float32)))
+        assert same >= 0.99, f"{name}: only {same:.4%} of y bit-identical"
+    what = ("y", "s", "dx", "dresidual", "dscale", "dbias", "jvp y", "jvp s", "vmap y", "vmap s")
+    for a, c, label in zip(got, want, what, strict=True):
+        _close(a, c, f"{name} {jnp.dtype(dt).name} {label}", rel_ulps=16 if dt == jnp.float32 else 2)
+
+
+def test_fused_residual_step_in_the_compiled_program() -> None:
+    x, w, b, _ = _inputs(jnp.bfloat16)
+
+    def hlo(residual_in_fp32: bool) -> str:
+        f = jax.grad(lambda x, r: jnp.sum(jln.add_layer_norm(x, r, w, b, residual_in_fp32=residual_in_fp32)[0]
+                                          .astype(jnp.float32)), argnums=(0, 1))
+        return jax.jit(f).lower(x, x).compile().as_text()
+
+    fused = hlo(False)  # one kernel reads x and the residual; the backward is the shared kernel
+    assert "jln_cpu_norm_add_fwd" in fused and "jln_cpu_norm_bwd" in fused
+    assert "custom_call_target=\"jln_cpu_norm_fwd\"" not in fused
+    mixed = hlo(True)  # a float32 sum of bfloat16 inputs: XLA adds, the kernel normalizes
+    assert "jln_cpu_norm_add_fwd" not in mixed and "jln_cpu_norm_fwd" in mixed
+
+
 def test_large_offset_keeps_full_precision() -> None:
     # x = 3e5 + N(0, 1): the pivot makes the statistics exact; E[x^2] - E[x]^2 would lose all digits
     x = np.random.default_rng(0).standard_normal((16, 1024)) + 3e5

@@ -24,6 +24,10 @@ Transforms, all with public JAX machinery except one small primitive:
   grad-of-grad and Hessians work (through XLA).
 * ``vmap`` folds the mapped axis into the rows (parameters mapped per example become one
   parameter row per example).
+* the fused residual step of ``add_*_norm`` (``s = x + residual``, one dtype) is its own
+  ``custom_jvp`` (:func:`_forward_add`): the kernel writes ``s`` and ``y`` in one sweep, the
+  tangent of ``s`` is the sum of the inputs' tangents and that of ``y`` the norm's tangent at
+  ``s``, so reverse mode keeps ``s`` and shares the norm's backward kernel.
 
 The library is compiled with the system C++ compiler (``$CXX``, else ``c++``/``g++``/
 ``clang++``) against the FFI headers of the installed jaxlib and cached under
@@ -58,7 +62,7 @@ SOURCE = Path(__file__).with_name("cpu_norm.cc")
 # -ffp-contract=off: a * b + c rounds twice, as in the XLA body (no compiler-chosen FMAs)
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-fno-math-errno", "-shared", "-fPIC", "-w")
 _KINDS = {jnp.dtype(jnp.float32): 0, jnp.dtype(jnp.bfloat16): 1, jnp.dtype(jnp.float16): 2}
-_FWD, _BWD = "jln_cpu_norm_fwd", "jln_cpu_norm_bwd"
+_FWD, _FWD_ADD, _BWD = "jln_cpu_norm_fwd", "jln_cpu_norm_add_fwd", "jln_cpu_norm_bwd"
 
 
 # ----------------------------------------------------------------------------- build and load
@@ -142,6 +146,7 @@ def _load_locked() -> str | None:
         _register_primitive()
         lib = ctypes.CDLL(str(_build()))
         jax.ffi.register_ffi_target(_FWD, jax.ffi.pycapsule(lib.JlnNormFwd), platform="cpu")
+        jax.ffi.register_ffi_target(_FWD_ADD, jax.ffi.pycapsule(lib.JlnNormAddFwd), platform="cpu")
         jax.ffi.register_ffi_target(_BWD, jax.ffi.pycapsule(lib.JlnNormBwd), platform="cpu")
     except Exception as e:  # no compiler, a failed build, or a JAX without the APIs used here
         return f"the native CPU kernels could not be built or loaded ({type(e).__name__}: {e})"
@@ -233,6 +238,17 @@ def _fwd_call(spec: Spec, x: Array, *params: Array) -> tuple[Array, Array, Array
     return y, m, r
 
 
+def _fwd_add_call(spec: Spec, x: Array, residual: Array, *params: Array) -> tuple[Array, Array, Array, Array]:
+    stat = jax.ShapeDtypeStruct(x.shape[:-1], jnp.float32)
+    call = jax.ffi.ffi_call(
+        _FWD_ADD,
+        (jax.ShapeDtypeStruct(x.shape, spec.y_dtype), jax.ShapeDtypeStruct(x.shape, x.dtype), stat, stat),
+        vmap_method="broadcast_all",
+    )
+    y, s, m, r = call(x, residual, *params, **spec.attrs())
+    return y, s, m, r
+
+
 def _bwd_call(spec: Spec, ct: Array, x: Array, params: tuple[Array, ...], m: Array, r: Array) -> tuple[Array, ...]:
     call = jax.ffi.ffi_call(
         _BWD,
@@ -270,20 +286,50 @@ def _value_needed(spec: Spec) -> tuple[bool, ...]:
     return (has[0], has[1] and has[3], False, has[3])
 
 
-def _forward_jvp(spec: Spec, primals: tuple[Array, ...], tangents: tuple[Any, ...]) -> Any:
+def _nonzero(tangents: tuple[Any, ...]) -> list[Any]:
+    """The tangents with symbolic zeros (inputs not differentiated) as ``None``."""
     from jax.custom_derivatives import SymbolicZero
 
-    y, m, r = _forward(spec, *primals)
-    # zero tangents (inputs not differentiated) stay out of the residuals: placeholders
-    present = tuple(not isinstance(t, SymbolicZero) for t in tangents)
-    tans = [t if on else _dummy(p.dtype) for t, p, on in zip(tangents, primals, present, strict=True)]
-    x, *params = primals
+    return [None if isinstance(t, SymbolicZero) else t for t in tangents]
+
+
+def _tangent(spec: Spec, x: Array, params: tuple[Array, ...], tangents: list[Any], m: Array, r: Array) -> Array:
+    """The forward's tangent ``dy`` at ``x`` (``tangents`` of x and the parameters, ``None``
+    where zero: those stay out of the residuals, as placeholders)."""
+    present = tuple(t is not None for t in tangents)
+    tans = [t if on else _dummy(p.dtype) for t, p, on in zip(tangents, (x, *params), present, strict=True)]
     kept = [p if need else _dummy(p.dtype) for p, need in zip(params, _value_needed(spec), strict=True)]
-    dy = _lin_p.bind(*tans, x, *kept, m, r, spec=spec, present=present)
+    return _lin_p.bind(*tans, x, *kept, m, r, spec=spec, present=present)
+
+
+def _forward_jvp(spec: Spec, primals: tuple[Array, ...], tangents: tuple[Any, ...]) -> Any:
+    y, m, r = _forward(spec, *primals)
+    dy = _tangent(spec, primals[0], primals[1:], _nonzero(tangents), m, r)
     return (y, m, r), (dy, jnp.zeros_like(m), jnp.zeros_like(r))
 
 
 _forward.defjvp(_forward_jvp, symbolic_zeros=True)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _forward_add(spec: Spec, x: Array, residual: Array, *params: Array) -> tuple[Array, Array, Array, Array]:
+    """``(y, s, m, rstd)`` of the fused residual step ``s = x + residual`` (all three in one
+    dtype) and the norm of ``s``. The tangent of ``s`` is that of ``x`` plus that of the
+    residual; ``y``'s is the norm's tangent at ``s``, so reverse mode keeps ``s`` (not ``x``
+    and the residual) and transposes into the same backward kernel as the unfused norm."""
+    return _fwd_add_call(spec, x, residual, *params)
+
+
+def _forward_add_jvp(spec: Spec, primals: tuple[Array, ...], tangents: tuple[Any, ...]) -> Any:
+    y, s, m, r = _forward_add(spec, *primals)
+    tans = _nonzero(tangents)
+    parts = [t for t in tans[:2] if t is not None]
+    ds = None if not parts else parts[0] if len(parts) == 1 else parts[0] + parts[1]
+    dy = _tangent(spec, s, primals[2:], [ds, *tans[2:]], m, r)
+    return (y, s, m, r), (dy, jnp.zeros_like(s) if ds is None else ds, jnp.zeros_like(m), jnp.zeros_like(r))
+
+
+_forward_add.defjvp(_forward_add_jvp, symbolic_zeros=True)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -405,16 +451,30 @@ def _grouped(p: Array, x_shape: tuple[int, ...], k: int, n: int) -> Array:
     return p.reshape(math.prod(x_shape[:i]), n)
 
 
-def _run(spec: Spec, x: Array, params: tuple[Array | None, ...], axes: tuple[int, ...]) -> Array:
+def fuses_add(x: Any, addends: tuple[Any, Any]) -> bool:
+    """Whether the native kernels fuse the residual step ``x = a + b`` of ``addends = (a, b)``:
+    when ``a``, ``b`` and their sum ``x`` share one dtype (otherwise XLA adds, then the kernel
+    normalizes)."""
+    return addends[0].dtype == addends[1].dtype == x.dtype
+
+
+def _run(spec: Spec, x: Array, params: tuple[Array | None, ...], axes: tuple[int, ...],
+         addends: tuple[Array, Array] | None) -> Any:
     reason = available()
     if reason is not None:
         raise RuntimeError(f"impl='native': {reason}")
     k = x.ndim - len(axes)
     n = math.prod(x.shape[k:])
-    x2 = x.reshape((math.prod(x.shape[:k]), n))
+    shape2 = (math.prod(x.shape[:k]), n)
     flat = [_dummy(jnp.float32) if p is None else _grouped(p, x.shape, k, n) for p in params]
-    y, _, _ = _forward(spec, x2, *flat)
-    return y.reshape(x.shape)
+    if addends is None:
+        y, _, _ = _forward(spec, x.reshape(shape2), *flat)
+        return y.reshape(x.shape)
+    if not fuses_add(x, addends):
+        raise ValueError(f"the native residual step takes x, residual and their sum in one dtype; received "
+                         f"{addends[0].dtype}, {addends[1].dtype} and {x.dtype}")
+    y, s, _, _ = _forward_add(spec, addends[0].reshape(shape2), addends[1].reshape(shape2), *flat)
+    return y.reshape(x.shape), s.reshape(x.shape)
 
 
 def ln(
@@ -429,8 +489,12 @@ def ln(
     out_dtype: Any,
     mod_offset: float,
     mod_dtype: Any,
-) -> Array:
-    """The native path of :func:`jln._layer_norm.ln_body` (same arguments, same result)."""
+    addends: tuple[Array, Array] | None = None,
+) -> Any:
+    """The native path of :func:`jln._layer_norm.ln_body` (same arguments, same result).
+
+    With ``addends = (a, b)`` (``x`` being ``a + b`` in their shared dtype, see
+    :func:`fuses_add`), the kernel fuses the residual step and returns ``(y, s)``."""
     params = (scale, bias, shift, mscale)
     modulated = shift is not None or mscale is not None
     round_b = round_f = round_s = 0
@@ -445,7 +509,7 @@ def ln(
         _layer_norm.result_dtype(out_dtype, mod_dtype, modulated), tuple(_dtype(p) for p in params),  # type: ignore[arg-type]
         (("eps", eps), ("out_dtype", jnp.dtype(out_dtype)), ("mod_offset", mod_offset), ("mod_dtype", mod_dtype)),
     )
-    return _run(spec, x, params, axes)
+    return _run(spec, x, params, axes, addends)
 
 
 def rms(
@@ -458,8 +522,10 @@ def rms(
     convention: str,
     io_dtype: Any,
     out_dtype: Any,
-) -> Array:
-    """The native path of :func:`jln._rms_norm.rms_body` for every convention but ``seed``."""
+    addends: tuple[Array, Array] | None = None,
+) -> Any:
+    """The native path of :func:`jln._rms_norm.rms_body` for every convention but ``seed``
+    (``addends``: as for :func:`ln`)."""
     if convention not in _rms_norm.CONVENTIONS or convention == "seed":
         raise ValueError(f"no native CPU kernel for the {convention!r} RMSNorm convention")
     gemma, step_h, step_y = _rms_norm.rms_steps(convention, io_dtype, _dtype(scale), bias is not None)
@@ -472,7 +538,7 @@ def rms(
         (("eps", eps), ("convention", convention), ("io_dtype", jnp.dtype(io_dtype)),
          ("out_dtype", jnp.dtype(out_dtype))),
     )
-    return _run(spec, x, params, axes)
+    return _run(spec, x, params, axes, addends)
 
 
 def unsupported_reason(op: str, x: Any, operands: tuple[Any, ...], axis_name: Any, static: dict[str, Any]) -> str | None:

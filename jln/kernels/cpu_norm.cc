@@ -3,7 +3,9 @@
 //
 // Contract (the same as jln._layer_norm.ln_body / jln._rms_norm.rms_body without modulation,
 // which jln's tests compare these kernels against):
-//   x [rows, n] in float32, bfloat16 or float16; statistics in float32.
+//   x [rows, n] in float32, bfloat16 or float16; statistics in float32. With the fused
+//   residual step (add_*_norm), x is s = round(x + residual) in x's dtype (which the residual
+//   and s share), computed and written by the kernel as it reads x and the residual.
 //   center (LayerNorm): p = x[0] (the row's pivot), m = sum(x - p) / n,
 //                       d = (x - p) - m, var = sum(d * d) / n, rstd = 1 / sqrt(var + eps),
 //                       h = d * rstd; the saved statistic is m (the mean about the pivot,
@@ -247,6 +249,15 @@ inline float vsumsq(int64_t n, F f, T tail) {
   return hsum((a0 + a1) + (a2 + a3)) + t;
 }
 
+// A forward's input rows: x alone, or (the fused residual step of add_*_norm) s = x + r,
+// added in float32, rounded to x's dtype (which r and s share) and written to `s` by the first
+// pass that reads it, so s costs one read of x and r and one write.
+struct Src {
+  const void* x;
+  const void* r;  // nullptr: no residual step
+  void* s;
+};
+
 // Hints the next row of x into the L2 cache while the current row is computed (call once
 // per 16 elements, at the offset one row ahead): alone, the hardware prefetcher leaves the
 // memory stream idle during a row's arithmetic. Prefetches never fault, so hinting past the
@@ -254,6 +265,13 @@ inline float vsumsq(int64_t n, F f, T tail) {
 template <int KX>
 inline void prefetch_next(const void* x, int64_t at) {
   __builtin_prefetch(static_cast<const char*>(x) + at * (KX == kF32 ? 4 : 2), 0, 2);
+}
+
+// the same for a forward's source rows (x, and the residual when there is one)
+template <int KX>
+inline void prefetch_src(const Src& in, int64_t at) {
+  prefetch_next<KX>(in.x, at);
+  if (in.r) prefetch_next<KX>(in.r, at);
 }
 
 enum Param : int { kW = 0, kB = 1, kShift = 2, kMscale = 3, kParams = 4 };
@@ -276,32 +294,56 @@ struct Params {
   const float* row(const Config& c, int k, int64_t r) const { return p[k] + (r / c.per[k]) * c.n; }
 };
 
+template <int KX, bool ADD>
+inline vf vsrc(const Src& in, int64_t i) {
+  if constexpr (!ADD) {
+    return vload<KX>(in.x, i);
+  } else {
+    const vf v = vround(vload<KX>(in.x, i) + vload<KX>(in.r, i), KX);
+    vstore<KX>(in.s, i, v);
+    return v;
+  }
+}
+
+template <int KX, bool ADD>
+inline float src1(const Src& in, int64_t i) {
+  if constexpr (!ADD) {
+    return load<KX>(in.x, i);
+  } else {
+    float v = load<KX>(in.x, i) + load<KX>(in.r, i);
+    if constexpr (KX == kBF16) v = bits_to_float(uint32_t(to_bf16(v)) << 16);
+    if constexpr (KX == kF16) v = float(_Float16(v));
+    store<KX>(in.s, i, v);
+    return v;
+  }
+}
+
 // Row statistics in two exact passes (center: the mean about the pivot p = x[0], then the
-// sum of squared deviations d = (x - p) - m; RMS: the sum of squares). Returns the row the
-// output sweep reads, as float32: for float32 x the row itself (pivot still in it: the
-// sweep subtracts p), for half x the scratch row `t` that the first pass fills with the
-// widened row about its pivot (x - p, or x for RMS), so each element is widened once and the
-// later sweeps read it from cache. Sets p (0 for RMS), m (the mean about the pivot; 0 for
-// RMS) and rstd.
-template <int KX>
-inline const float* row_stats(const Config& c, const void* x, int64_t o, float* __restrict__ t, float* p,
+// sum of squared deviations d = (x - p) - m; RMS: the sum of squares), x being the source's
+// row (s with the residual step). Returns the row the output sweep reads, as float32: for
+// float32 x the row itself (pivot still in it: the sweep subtracts p), for half x the scratch
+// row `t` that the first pass fills with the widened row about its pivot (x - p, or x for
+// RMS), so each element is widened once and the later sweeps read it from cache. Sets p (0
+// for RMS), m (the mean about the pivot; 0 for RMS) and rstd.
+template <int KX, bool ADD>
+inline const float* row_stats(const Config& c, const Src& in, int64_t o, float* __restrict__ t, float* p,
                               float* m, float* rstd) {
   const int64_t n = c.n;
   const float fn = float(n);
-  constexpr bool wide = KX == kF32;  // no scratch: read x in place
-  const float* row = wide ? static_cast<const float*>(x) + o : t;
+  constexpr bool wide = KX == kF32;  // no scratch: read x (or s) in place
+  const float* row = wide ? static_cast<const float*>(ADD ? in.s : in.x) + o : t;
   float q;
   if (c.center) {
-    const float pv = load<KX>(x, o);
+    const float pv = src1<KX, ADD>(in, o);
     const float s = vsum(
         n,
         [&](int64_t j) {
-          const vf d = vload<KX>(x, o + j) - pv;
+          const vf d = vsrc<KX, ADD>(in, o + j) - pv;
           if constexpr (!wide) std::memcpy(t + j, &d, sizeof(d));
           return d;
         },
         [&](int64_t j) {
-          const float d = load<KX>(x, o + j) - pv;
+          const float d = src1<KX, ADD>(in, o + j) - pv;
           if constexpr (!wide) t[j] = d;
           return d;
         });
@@ -318,12 +360,12 @@ inline const float* row_stats(const Config& c, const void* x, int64_t o, float* 
     q = vsumsq(
         n,
         [&](int64_t j) {
-          const vf v = vload<KX>(x, o + j);
+          const vf v = vsrc<KX, ADD>(in, o + j);
           if constexpr (!wide) std::memcpy(t + j, &v, sizeof(v));
           return v;
         },
         [&](int64_t j) {
-          const float v = load<KX>(x, o + j);
+          const float v = src1<KX, ADD>(in, o + j);
           if constexpr (!wide) t[j] = v;
           return v * v;
         });
@@ -340,10 +382,10 @@ inline const float* row_stats(const Config& c, const void* x, int64_t o, float* 
 // `t` for half x). Meanwhile the next row of x is hinted into cache (`o`: the row's offset).
 template <int KX, int KY, bool C, bool W, bool B>
 inline void simple_out_t(const float* __restrict__ t, int64_t n, float p, float m, float rs, const float* w,
-                         const float* b, const void* x, void* y, int64_t o) {
+                         const float* b, const Src& in, void* y, int64_t o) {
   int64_t j = 0;
   for (; j + V <= n; j += V) {
-    prefetch_next<KX>(x, o + n + j);
+    prefetch_src<KX>(in, o + n + j);
     vf v = vload<kF32>(t, j);
     if constexpr (C && KX == kF32) v = v - p;
     v = C ? (v - m) * rs : v * rs;
@@ -363,17 +405,17 @@ inline void simple_out_t(const float* __restrict__ t, int64_t n, float p, float 
 
 template <int KX, int KY>
 inline void simple_out(const Config& c, const float* t, float p, float m, float rs, const float* w,
-                       const float* b, const void* x, void* y, int64_t o) {
+                       const float* b, const Src& in, void* y, int64_t o) {
   const int key = (c.center ? 4 : 0) | (w ? 2 : 0) | (b ? 1 : 0);
   switch (key) {
-    case 7: return simple_out_t<KX, KY, true, true, true>(t, c.n, p, m, rs, w, b, x, y, o);
-    case 6: return simple_out_t<KX, KY, true, true, false>(t, c.n, p, m, rs, w, b, x, y, o);
-    case 5: return simple_out_t<KX, KY, true, false, true>(t, c.n, p, m, rs, w, b, x, y, o);
-    case 4: return simple_out_t<KX, KY, true, false, false>(t, c.n, p, m, rs, w, b, x, y, o);
-    case 3: return simple_out_t<KX, KY, false, true, true>(t, c.n, p, m, rs, w, b, x, y, o);
-    case 2: return simple_out_t<KX, KY, false, true, false>(t, c.n, p, m, rs, w, b, x, y, o);
-    case 1: return simple_out_t<KX, KY, false, false, true>(t, c.n, p, m, rs, w, b, x, y, o);
-    default: return simple_out_t<KX, KY, false, false, false>(t, c.n, p, m, rs, w, b, x, y, o);
+    case 7: return simple_out_t<KX, KY, true, true, true>(t, c.n, p, m, rs, w, b, in, y, o);
+    case 6: return simple_out_t<KX, KY, true, true, false>(t, c.n, p, m, rs, w, b, in, y, o);
+    case 5: return simple_out_t<KX, KY, true, false, true>(t, c.n, p, m, rs, w, b, in, y, o);
+    case 4: return simple_out_t<KX, KY, true, false, false>(t, c.n, p, m, rs, w, b, in, y, o);
+    case 3: return simple_out_t<KX, KY, false, true, true>(t, c.n, p, m, rs, w, b, in, y, o);
+    case 2: return simple_out_t<KX, KY, false, true, false>(t, c.n, p, m, rs, w, b, in, y, o);
+    case 1: return simple_out_t<KX, KY, false, false, true>(t, c.n, p, m, rs, w, b, in, y, o);
+    default: return simple_out_t<KX, KY, false, false, false>(t, c.n, p, m, rs, w, b, in, y, o);
   }
 }
 
@@ -428,12 +470,12 @@ inline void affine(const Config& c, const Params& P, int64_t r, float* h) {
 // `t`, p: the float32 row and pivot from row_stats; `o`: the row's offset in x and y.
 template <int KX, int KY>
 inline void general_out(const Config& c, const float* __restrict__ t, float p, float m, float rs,
-                        const float* w, const float* b, const float* f, const float* sh, const void* x,
+                        const float* w, const float* b, const float* f, const float* sh, const Src& in,
                         void* y, int64_t o) {
   const int64_t n = c.n;
   int64_t j = 0;
   for (; j + V <= n; j += V) {
-    prefetch_next<KX>(x, o + n + j);
+    prefetch_src<KX>(in, o + n + j);
     vf v = vload<kF32>(t, j);
     v = c.center ? ((v - p) - m) * rs : v * rs;
     v = vround(v, c.round_h);
@@ -468,8 +510,8 @@ inline void general_out(const Config& c, const float* __restrict__ t, float p, f
   for (int64_t i = 0; i < k; ++i) store<KY>(y, o + j + i, tmp[i]);
 }
 
-template <int KX, int KY>
-void fwd_rows(const Config& c, const void* x, const Params& P, void* y, float* mean,
+template <int KX, int KY, bool ADD>
+void fwd_rows(const Config& c, const Src& in, const Params& P, void* y, float* mean,
               float* rstd_out, int64_t r0, int64_t r1) {
   const int64_t n = c.n;
   std::vector<float> buf(static_cast<size_t>(n), 0.0f), fbuf(buf);
@@ -479,12 +521,12 @@ void fwd_rows(const Config& c, const void* x, const Params& P, void* y, float* m
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * n;
     float p, m, rs;
-    const float* row = row_stats<KX>(c, x, o, t, &p, &m, &rs);
+    const float* row = row_stats<KX, ADD>(c, in, o, t, &p, &m, &rs);
     mean[r] = m;
     rstd_out[r] = rs;
     if (c.simple()) {
       simple_out<KX, KY>(c, row, p, m, rs, c.has[kW] ? P.row(c, kW, r) : nullptr,
-                         c.has[kB] ? P.row(c, kB, r) : nullptr, x, y, o);
+                         c.has[kB] ? P.row(c, kB, r) : nullptr, in, y, o);
       continue;
     }
     const float* wr = c.has[kW] ? P.row(c, kW, r) : nullptr;
@@ -494,7 +536,7 @@ void fwd_rows(const Config& c, const void* x, const Params& P, void* y, float* m
       f_group = r / c.per[kMscale];
       factor_row(c, P.row(c, kMscale, r), f);
     }
-    general_out<KX, KY>(c, row, p, m, rs, wr, br, c.has[kMscale] ? f : nullptr, sr, x, y, o);
+    general_out<KX, KY>(c, row, p, m, rs, wr, br, c.has[kMscale] ? f : nullptr, sr, in, y, o);
   }
 }
 
@@ -705,10 +747,14 @@ ffi::Error dispatch2(int kx, int ky, A&&... args) {
 
 template <int KX, int KY>
 struct Fwd {
-  static ffi::Error run(ffi::ThreadPool& pool, const Config& c, const void* x, const Params& P,
+  static ffi::Error run(ffi::ThreadPool& pool, const Config& c, const Src& in, const Params& P,
                         void* y, float* mean, float* rstd) {
     parallel_rows(pool, c.rows, c.n, workers_of(pool, c), [=, &c, &P](int64_t r0, int64_t r1, int64_t) {
-      fwd_rows<KX, KY>(c, x, P, y, mean, rstd, r0, r1);
+      if (in.r) {
+        fwd_rows<KX, KY, true>(c, in, P, y, mean, rstd, r0, r1);
+      } else {
+        fwd_rows<KX, KY, false>(c, in, P, y, mean, rstd, r0, r1);
+      }
     });
     return ffi::Error::Success();
   }
@@ -824,8 +870,30 @@ ffi::Error NormFwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi
   ffi::Error err = prepare(x, params, a, &c, storage, &P);
   if (err.failure()) return err;
   return dispatch2<Fwd>(kind_of(x.element_type()), kind_of(y->element_type()), pool, c,
-                        x.untyped_data(), P, y->untyped_data(),
+                        Src{x.untyped_data(), nullptr, nullptr}, P, y->untyped_data(),
                         static_cast<float*>(mean->untyped_data()),
+                        static_cast<float*>(rstd->untyped_data()));
+}
+
+// The fused residual step: s = x + residual (x, residual and s share one dtype), then the
+// norm of s, in one sweep over the rows.
+ffi::Error NormAddFwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer residual, ffi::AnyBuffer w,
+                      ffi::AnyBuffer b, ffi::AnyBuffer shift, ffi::AnyBuffer mscale, NormAttrs a,
+                      ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> s,
+                      ffi::Result<ffi::AnyBuffer> mean, ffi::Result<ffi::AnyBuffer> rstd) {
+  if (residual.element_type() != x.element_type() || s->element_type() != x.element_type() ||
+      residual.element_count() != x.element_count() || s->element_count() != x.element_count()) {
+    return ffi::Error::InvalidArgument("jln native kernels: x, the residual and s must share dtype and size");
+  }
+  const ffi::AnyBuffer params[kParams] = {w, b, shift, mscale};
+  Config c;
+  std::vector<float> storage[kParams];
+  Params P;
+  ffi::Error err = prepare(x, params, a, &c, storage, &P);
+  if (err.failure()) return err;
+  return dispatch2<Fwd>(kind_of(x.element_type()), kind_of(y->element_type()), pool, c,
+                        Src{x.untyped_data(), residual.untyped_data(), s->untyped_data()}, P,
+                        y->untyped_data(), static_cast<float*>(mean->untyped_data()),
                         static_cast<float*>(rstd->untyped_data()));
 }
 
@@ -879,6 +947,21 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JlnNormFwd, NormFwd,
                                   .Arg<ffi::AnyBuffer>()  // mscale
                                   .Attrs<NormAttrs>()
                                   .Ret<ffi::AnyBuffer>()   // y
+                                  .Ret<ffi::AnyBuffer>()   // m (mean about the pivot)
+                                  .Ret<ffi::AnyBuffer>());  // rstd
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JlnNormAddFwd, NormAddFwd,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()  // x
+                                  .Arg<ffi::AnyBuffer>()  // residual
+                                  .Arg<ffi::AnyBuffer>()  // scale
+                                  .Arg<ffi::AnyBuffer>()  // bias
+                                  .Arg<ffi::AnyBuffer>()  // shift
+                                  .Arg<ffi::AnyBuffer>()  // mscale
+                                  .Attrs<NormAttrs>()
+                                  .Ret<ffi::AnyBuffer>()   // y
+                                  .Ret<ffi::AnyBuffer>()   // s = x + residual
                                   .Ret<ffi::AnyBuffer>()   // m (mean about the pivot)
                                   .Ret<ffi::AnyBuffer>());  // rstd
 
