@@ -1,0 +1,82 @@
+// The native CPU forward kernels alone, without JAX around them: LayerNorm and RMSNorm rows
+// (scale, and bias for LayerNorm) against an elementwise copy (y = -x) over the same buffers,
+// in GB/s (read x, write y). Built and run by bench/native_kernel.sh.
+//
+//   native_kernel ELEMENTS REPS     e.g. 65536 300 (in cache), 16777216 21 (memory)
+#include "../jln/kernels/cpu_norm.cc"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+namespace {
+
+template <int K>
+void case_(int64_t n, int64_t total, int reps) {
+  const int64_t rows = std::max<int64_t>(1, total / n);
+  const size_t bytes = size_t(rows * n) * (K == kF32 ? 4 : 2);
+  std::vector<char> x(bytes), y(bytes);
+  // values near 1 (exponent byte 0x3f), random low bits: no NaN, no subnormals
+  for (size_t i = 0; i < bytes; i += 2) {
+    x[i] = char(std::rand());
+    x[i + 1] = char(0x3f);
+  }
+  std::vector<float> w(static_cast<size_t>(n), 1.0f), b(static_cast<size_t>(n), 0.0f);
+  std::vector<float> mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
+  Config c{};
+  c.eps = 1e-5f;
+  c.rows = rows;
+  c.n = n;
+  for (int k = 0; k < kParams; ++k) c.per[k] = rows;
+  Params P{};
+  P.p[kW] = w.data();
+  P.p[kB] = b.data();
+  const Src in{x.data(), nullptr, nullptr};
+  // the three are sampled in turns (copy, layer_norm, rms_norm per round), so a machine whose
+  // speed drifts shifts them alike; each reports its median
+  auto run_ln = [&] {
+    c.center = true;
+    c.has[kW] = c.has[kB] = true;
+    fwd_rows<K, K, false>(c, in, P, y.data(), mean.data(), rstd.data(), 0, rows);
+  };
+  auto run_rms = [&] {
+    c.center = false;
+    c.has[kW] = true;
+    c.has[kB] = false;
+    fwd_rows<K, K, false>(c, in, P, y.data(), mean.data(), rstd.data(), 0, rows);
+  };
+  auto run_copy = [&] {
+    for (int64_t i = 0; i + V <= rows * n; i += V) vstore<K>(y.data(), i, -vload<K>(x.data(), i));
+  };
+  std::vector<double> t[3];
+  for (int r = 0; r < reps; ++r) {
+    for (int k = 0; k < 3; ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (k == 0) run_copy();
+      if (k == 1) run_ln();
+      if (k == 2) run_rms();
+      t[k].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  double gb[3];
+  for (int k = 0; k < 3; ++k) {
+    std::sort(t[k].begin(), t[k].end());
+    gb[k] = 2.0 * double(bytes) / t[k][t[k].size() / 2] / 1e9;
+  }
+  const double copy = gb[0], ln = gb[1], rms = gb[2];
+  std::printf("| %ld | %s | %.1f | %.1f (%.0f%%) | %.1f (%.0f%%) |\n", long(n), K == kF32 ? "float32" : "bfloat16",
+              copy, ln, 100 * ln / copy, rms, 100 * rms / copy);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t total = argc > 1 ? std::atoll(argv[1]) : 65536;
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 300;
+  std::printf("| width | dtype | copy GB/s | layer_norm GB/s (%% copy) | rms_norm GB/s (%% copy) |\n|---|---|---|---|---|\n");
+  for (int64_t n : {256, 1024, 4096, 16384}) {
+    case_<kF32>(n, total, reps);
+    case_<kBF16>(n, total, reps);
+  }
+}
