@@ -21,7 +21,8 @@ def choose(
 
     ``"auto"`` takes, on a single-device CPU backend, the native CPU kernels when they are
     built and support this op, shape and dtype; elsewhere a Pallas kernel only where one is
-    compiled natively for the default backend (never interpret mode); else XLA.
+    compiled natively for the platform (never interpret mode); else XLA. The platform is
+    :func:`platform_of` ``x``.
     ``"pallas"`` insists: on CPU it runs the kernels in interpret mode, and an unsupported
     case raises ``ValueError`` saying why. ``"native"`` insists on the CPU kernels the same way.
     """
@@ -31,15 +32,15 @@ def choose(
     from jln import kernels
     from jln.kernels import _cpu
 
-    backend = jax.default_backend()
+    backend = platform_of(x)
     if impl == "native":
-        why = _cpu.unsupported_reason(op, x, operands, axis_name, static)
+        why = _cpu.unsupported_reason(op, x, operands, axis_name, static, backend=backend)
         if why is not None:
             raise ValueError(f"{fn}: impl='native' is not available here: {why}. Use impl='xla' or 'auto'.")
         return "native"
     # several devices: XLA's partitioner shards the XLA path (and nothing is built in vain)
-    if impl == "auto" and backend == "cpu" and jax.device_count() == 1:
-        if _cpu.unsupported_reason(op, x, operands, axis_name, static) is None:
+    if impl == "auto" and backend == "cpu" and jax.device_count(backend) == 1:
+        if _cpu.unsupported_reason(op, x, operands, axis_name, static, backend=backend) is None:
             return "native"
     reason = kernels.unsupported_reason(op, x, axis_name, backend=backend, **static)
     if impl == "pallas":
@@ -49,6 +50,21 @@ def choose(
     if reason is None and kernels.native(backend, _row_width(x, static)):
         return "pallas"
     return "xla"
+
+
+def platform_of(x: Any) -> str:
+    """The platform a call on ``x`` runs on: a concrete array's devices' (an eager call on a
+    CPU array on a GPU machine runs on the CPU), else the default backend. A traced value
+    carries no device, so under ``jit`` the default backend decides: to run a jitted norm on
+    the CPU of a GPU machine, pass ``impl="xla"`` (or ``"native"``)."""
+    if isinstance(x, jax.Array):
+        try:
+            platforms = {d.platform for d in x.devices()}
+        except Exception:  # noqa: BLE001 - a tracer: no devices to ask
+            platforms = set()
+        if len(platforms) == 1:
+            return platforms.pop()
+    return jax.default_backend()
 
 
 def _row_width(x: Any, static: dict[str, Any]) -> int:

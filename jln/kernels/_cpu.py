@@ -541,10 +541,13 @@ def rms(
     return _run(spec, x, params, axes, addends)
 
 
-def unsupported_reason(op: str, x: Any, operands: tuple[Any, ...], axis_name: Any, static: dict[str, Any]) -> str | None:
-    """``None`` when a native CPU kernel handles this call, else a sentence saying why not."""
-    if jax.default_backend() != "cpu":
-        return f"the native kernels run on the CPU backend (default backend: {jax.default_backend()!r})"
+def unsupported_reason(op: str, x: Any, operands: tuple[Any, ...], axis_name: Any, static: dict[str, Any],
+                       backend: str | None = None) -> str | None:
+    """``None`` when a native CPU kernel handles this call, else a sentence saying why not
+    (``backend``: the platform the call runs on; default: the default backend)."""
+    backend = backend or jax.default_backend()
+    if backend != "cpu":
+        return f"the native kernels run on the CPU backend (this call's platform: {backend!r})"
     if axis_name is not None:
         return "statistics across devices (axis_name=) run on the XLA path only"
     if op == "rms_norm" and static["convention"] == "seed":
