@@ -859,20 +859,24 @@ ffi::Error prepare(const ffi::AnyBuffer& x, const ffi::AnyBuffer* params, const 
   return ffi::Error::Success();
 }
 
-ffi::Error NormFwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer b,
-                   ffi::AnyBuffer shift, ffi::AnyBuffer mscale, NormAttrs a,
-                   ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> mean,
-                   ffi::Result<ffi::AnyBuffer> rstd) {
-  const ffi::AnyBuffer params[kParams] = {w, b, shift, mscale};
+// The forward of both handlers: the norm of the source's rows (x, or s = x + residual).
+ffi::Error forward(ffi::ThreadPool& pool, const ffi::AnyBuffer& x, const ffi::AnyBuffer* params, const NormAttrs& a,
+                   const Src& in, ffi::AnyBuffer& y, ffi::AnyBuffer& mean, ffi::AnyBuffer& rstd) {
   Config c;
   std::vector<float> storage[kParams];
   Params P;
   ffi::Error err = prepare(x, params, a, &c, storage, &P);
   if (err.failure()) return err;
-  return dispatch2<Fwd>(kind_of(x.element_type()), kind_of(y->element_type()), pool, c,
-                        Src{x.untyped_data(), nullptr, nullptr}, P, y->untyped_data(),
-                        static_cast<float*>(mean->untyped_data()),
-                        static_cast<float*>(rstd->untyped_data()));
+  return dispatch2<Fwd>(kind_of(x.element_type()), kind_of(y.element_type()), pool, c, in, P, y.untyped_data(),
+                        static_cast<float*>(mean.untyped_data()), static_cast<float*>(rstd.untyped_data()));
+}
+
+ffi::Error NormFwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::AnyBuffer b,
+                   ffi::AnyBuffer shift, ffi::AnyBuffer mscale, NormAttrs a,
+                   ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> mean,
+                   ffi::Result<ffi::AnyBuffer> rstd) {
+  const ffi::AnyBuffer params[kParams] = {w, b, shift, mscale};
+  return forward(pool, x, params, a, Src{x.untyped_data(), nullptr, nullptr}, *y, *mean, *rstd);
 }
 
 // The fused residual step: s = x + residual (x, residual and s share one dtype), then the
@@ -886,15 +890,8 @@ ffi::Error NormAddFwd(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer res
     return ffi::Error::InvalidArgument("jln native kernels: x, the residual and s must share dtype and size");
   }
   const ffi::AnyBuffer params[kParams] = {w, b, shift, mscale};
-  Config c;
-  std::vector<float> storage[kParams];
-  Params P;
-  ffi::Error err = prepare(x, params, a, &c, storage, &P);
-  if (err.failure()) return err;
-  return dispatch2<Fwd>(kind_of(x.element_type()), kind_of(y->element_type()), pool, c,
-                        Src{x.untyped_data(), residual.untyped_data(), s->untyped_data()}, P,
-                        y->untyped_data(), static_cast<float*>(mean->untyped_data()),
-                        static_cast<float*>(rstd->untyped_data()));
+  return forward(pool, x, params, a, Src{x.untyped_data(), residual.untyped_data(), s->untyped_data()}, *y, *mean,
+                 *rstd);
 }
 
 ffi::Error NormBwd(ffi::ThreadPool pool, ffi::AnyBuffer ct, ffi::AnyBuffer x, ffi::AnyBuffer w,
