@@ -56,7 +56,7 @@ def platform_of(x: Any) -> str:
     """The platform a call on ``x`` runs on: a concrete array's devices' (an eager call on a
     CPU array on a GPU machine runs on the CPU), else the default backend. A traced value
     carries no device, so under ``jit`` the default backend decides: to run a jitted norm on
-    the CPU of a GPU machine, pass ``impl="xla"`` (or ``"native"``)."""
+    the CPU of a GPU machine, pass ``impl="xla"``."""
     if isinstance(x, jax.Array):
         try:
             platforms = {d.platform for d in x.devices()}
