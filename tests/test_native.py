@@ -186,6 +186,8 @@ def test_eager_cpu_array_runs_on_the_cpu_whatever_the_default_backend(monkeypatc
     assert _dispatch.platform_of(x) == "cpu"
     assert _dispatch.choose("auto", "t", "layer_norm", x, None, (w, b, None, None), **static) == "native"
     _close(jln.layer_norm(x, w, b), want, "eager auto, default backend 'gpu'")
+    # a forced impl="pallas" on that array runs the kernels in interpret mode, as on a CPU machine
+    _close(jln.layer_norm(x, w, b, impl="pallas"), want, "eager pallas, default backend 'gpu'")
     seen: list[str] = []
     jax.make_jaxpr(lambda x: seen.append(_dispatch.platform_of(x)) or x)(x)
     assert seen == ["gpu"]

@@ -116,8 +116,12 @@ def unsupported_reason(op: str, x: Any, axis_name: Any, *, backend: str, **stati
     return None
 
 
-def _target() -> tuple[str, bool]:
-    backend = jax.default_backend()
+def _target(x: Any) -> tuple[str, bool]:
+    """The kernels' target for a call on ``x`` (its platform, as dispatch sees it), and whether
+    that is interpret mode (on CPU)."""
+    from jln import _dispatch
+
+    backend = _dispatch.platform_of(x)
     if backend == "cpu":
         return INTERPRET_TARGET, True
     return backend, False
@@ -142,7 +146,7 @@ def _run(
     kernel reads ``a`` and ``b``, returning ``(y, s)``."""
     k = x.ndim - len(axes)
     rows, n = math.prod(x.shape[:k]), math.prod(x.shape[k:])
-    target, interpret = _target()
+    target, interpret = _target(x)
     present = {name: c for name, c in named.items() if c is not None}
     arrays = [_prepare(c, x.shape, k, n) for c in present.values()]
     plan = _plan.make_plan(target, interpret, rows, n, x.dtype, ())  # redone per call by _norm.localize
