@@ -91,9 +91,9 @@ def apply(
     ``x`` sharded over explicit mesh axes runs on its local blocks (:mod:`jln._distributed`).
 
     ``addends = (a, b)`` marks ``x`` as the residual sum ``a + b`` (``add_*_norm``): the call
-    then returns ``(y, s)``, where the Pallas kernels, and the native CPU kernels when ``a``,
-    ``b`` and ``x`` share a dtype, read ``a`` and ``b`` and write ``s`` themselves (one pass
-    instead of an XLA add and a kernel), and every other path returns ``x`` as ``s``.
+    then returns ``(y, s)``: the Pallas kernels, and the native CPU kernels when ``a``, ``b``
+    and ``x`` share a dtype, read ``a`` and ``b`` and write ``s`` themselves (one pass instead
+    of an XLA add and a kernel); otherwise ``x`` is ``s``.
     """
     dist = {} if axis_name is None else dict(axis_name=axis_name, axis_index_groups=axis_index_groups)
     path = choose(impl, fn, op, x, axis_name, operands, **static)
@@ -106,17 +106,12 @@ def apply(
         y = _distributed.run_local(local, layout, static["axes"], x, *operands)  # type: ignore[arg-type]
         return y if addends is None else (y, x)
     with jax.named_scope(fn):
-        if path == "pallas":
+        if path != "xla":  # the kernels take the addends and return (y, s) themselves
             from jln import kernels
-
-            fused = {} if addends is None else {"addends": addends}
-            return getattr(kernels, kernel)(x, *operands, **static, **dist, **fused)
-        if path == "native":
             from jln.kernels import _cpu
 
-            if addends is not None and _cpu.fuses_add(x, addends):
-                return getattr(_cpu, kernel)(x, *operands, **static, addends=addends)
-            y = getattr(_cpu, kernel)(x, *operands, **static)
-        else:
-            y = body(x, *operands, **static, **dist)
+            fused = {} if addends is None else {"addends": addends}
+            module = kernels if path == "pallas" else _cpu
+            return getattr(module, kernel)(x, *operands, **static, **dist, **fused)
+        y = body(x, *operands, **static, **dist)
         return y if addends is None else (y, x)

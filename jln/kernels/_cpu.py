@@ -451,13 +451,6 @@ def _grouped(p: Array, x_shape: tuple[int, ...], k: int, n: int) -> Array:
     return p.reshape(math.prod(x_shape[:i]), n)
 
 
-def fuses_add(x: Any, addends: tuple[Any, Any]) -> bool:
-    """Whether the native kernels fuse the residual step ``x = a + b`` of ``addends = (a, b)``:
-    when ``a``, ``b`` and their sum ``x`` share one dtype (otherwise XLA adds, then the kernel
-    normalizes)."""
-    return addends[0].dtype == addends[1].dtype == x.dtype
-
-
 def _run(spec: Spec, x: Array, params: tuple[Array | None, ...], axes: tuple[int, ...],
          addends: tuple[Array, Array] | None) -> Any:
     reason = available()
@@ -467,14 +460,13 @@ def _run(spec: Spec, x: Array, params: tuple[Array | None, ...], axes: tuple[int
     n = math.prod(x.shape[k:])
     shape2 = (math.prod(x.shape[:k]), n)
     flat = [_dummy(jnp.float32) if p is None else _grouped(p, x.shape, k, n) for p in params]
-    if addends is None:
-        y, _, _ = _forward(spec, x.reshape(shape2), *flat)
-        return y.reshape(x.shape)
-    if not fuses_add(x, addends):
-        raise ValueError(f"the native residual step takes x, residual and their sum in one dtype; received "
-                         f"{addends[0].dtype}, {addends[1].dtype} and {x.dtype}")
-    y, s, _, _ = _forward_add(spec, addends[0].reshape(shape2), addends[1].reshape(shape2), *flat)
-    return y.reshape(x.shape), s.reshape(x.shape)
+    # the residual step is fused when x, the residual and their sum x share one dtype;
+    # otherwise XLA has added them (x), and the kernel normalizes x
+    if addends is not None and addends[0].dtype == addends[1].dtype == x.dtype:
+        y, s, _, _ = _forward_add(spec, addends[0].reshape(shape2), addends[1].reshape(shape2), *flat)
+        return y.reshape(x.shape), s.reshape(x.shape)
+    y, _, _ = _forward(spec, x.reshape(shape2), *flat)
+    return y.reshape(x.shape) if addends is None else (y.reshape(x.shape), x)
 
 
 def ln(
@@ -493,8 +485,8 @@ def ln(
 ) -> Any:
     """The native path of :func:`jln._layer_norm.ln_body` (same arguments, same result).
 
-    With ``addends = (a, b)`` (``x`` being ``a + b`` in their shared dtype, see
-    :func:`fuses_add`), the kernel fuses the residual step and returns ``(y, s)``."""
+    With ``addends = (a, b)`` (``x`` being ``a + b``) it returns ``(y, s)``, the kernel
+    fusing the residual step when ``a``, ``b`` and ``x`` share one dtype."""
     params = (scale, bias, shift, mscale)
     modulated = shift is not None or mscale is not None
     round_b = round_f = round_s = 0
