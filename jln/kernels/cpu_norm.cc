@@ -182,6 +182,13 @@ inline vf vround(vf v, int k) {
   return v;
 }
 
+// the scalar vround: v rounded to bfloat16 (k = 1) or float16 (k = 2) precision, as float32
+inline float round1(float v, int k) {
+  if (k == kBF16) return bits_to_float(uint32_t(to_bf16(v)) << 16);
+  if (k == kF16) return float(_Float16(v));
+  return v;
+}
+
 typedef float vf8 __attribute__((vector_size(32)));
 typedef float vf4 __attribute__((vector_size(16)));
 
@@ -310,9 +317,7 @@ inline float src1(const Src& in, int64_t i) {
   if constexpr (!ADD) {
     return load<KX>(in.x, i);
   } else {
-    float v = load<KX>(in.x, i) + load<KX>(in.r, i);
-    if constexpr (KX == kBF16) v = bits_to_float(uint32_t(to_bf16(v)) << 16);
-    if constexpr (KX == kF16) v = float(_Float16(v));
+    const float v = round1(load<KX>(in.x, i) + load<KX>(in.r, i), KX);
     store<KX>(in.s, i, v);
     return v;
   }
@@ -420,10 +425,8 @@ inline void simple_out(const Config& c, const float* t, float p, float m, float 
 }
 
 inline void round_inplace(float* v, int64_t n, int k) {
-  if (k == kBF16) {
-    for (int64_t j = 0; j < n; ++j) v[j] = bits_to_float(uint32_t(to_bf16(v[j])) << 16);
-  } else if (k == kF16) {
-    for (int64_t j = 0; j < n; ++j) v[j] = float(_Float16(v[j]));
+  if (k == kBF16 || k == kF16) {
+    for (int64_t j = 0; j < n; ++j) v[j] = round1(v[j], k);
   }
 }
 
