@@ -223,6 +223,24 @@ def test_shapes_including_threaded_chunks(shape: tuple[int, ...], dt: Any) -> No
             _close(a, c, f"{name} {shape} {jnp.dtype(dt).name} {what}", rel_ulps=32 if dt == jnp.float32 else 4)
 
 
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("width", [8192, 8209])
+def test_rows_on_both_sides_of_the_scratch_row_rule(width: int, dt: Any) -> None:
+    # half rows of up to 8192 elements keep d = (x - p) - m in their float32 scratch row and
+    # the output sweeps only scale it; wider rows keep x - p and the sweeps subtract m: both
+    # sides (8209 with a scalar tail), through the fused simple sweep (layer_norm, the residual
+    # step) and the general one (adaptive LayerNorm's modulation, llama's rounding steps)
+    x, w, b, ct = _inputs(dt, (2, 3, width), offset=3.0)
+    ops = _ops(dt)
+    for name in ("layer_norm", "add_layer_norm", "adaptive/dit_final", "rms/llama"):
+        outs = []
+        for impl in ("native", "xla"):
+            y, pull = jax.vjp(lambda x, impl=impl, f=ops[name]: f(x, w, b, impl), x)
+            outs.append((y, *pull(ct.astype(y.dtype))))
+        for a, c, what in zip(outs[0], outs[1], ("y", "dx"), strict=True):
+            _close(a, c, f"{name} {width} {jnp.dtype(dt).name} {what}", rel_ulps=32 if dt == jnp.float32 else 4)
+
+
 def test_special_values_propagate_like_xla() -> None:
     x = jnp.array([[0.0, 0.0, 0.0, 0.0], [1.0, jnp.nan, 2.0, 3.0], [1.0, jnp.inf, 2.0, 3.0], [1e30, -1e30, 3.0, 0.0]], jnp.float32)
     for f in (lambda x, impl: jln.layer_norm(x, impl=impl), lambda x, impl: jln.rms_norm(x, impl=impl)):
