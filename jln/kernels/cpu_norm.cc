@@ -314,7 +314,10 @@ struct Config {
 
 struct Params {
   const float* p[kParams];
-  const float* row(const Config& c, int k, int64_t r) const { return p[k] + (r / c.per[k]) * c.n; }
+  // one vector for all rows (the usual case) needs no division per row
+  const float* row(const Config& c, int k, int64_t r) const {
+    return c.per[k] == c.rows ? p[k] : p[k] + (r / c.per[k]) * c.n;
+  }
 };
 
 template <int KX, bool ADD>
@@ -348,6 +351,35 @@ inline bool holds_d(int64_t n) {
   return KX != kF32 && n <= 1024;
 }
 
+// Whether a row's passes read it in place (the source row itself, widened again by each pass)
+// rather than from a float32 scratch row filled by the first pass: float32 rows always; half
+// rows wider than 2048, whose scratch row would not stay in L1 beside the parameter rows
+// (bfloat16 LayerNorm, one Xeon core: in place 1.04-1.14x at 4096 wide, 1.22-1.26x at 16384,
+// 0.80x at 2048).
+template <int KX>
+inline bool in_place(int64_t n) {
+  return KX == kF32 || n > 2048;
+}
+
+// Elements j..j+15 (row_vec) or j (row_1) of a row as float32: with IP, from the source row
+// `src` (x, or s with the residual step) at the row's offset o; else from the scratch row t.
+template <int KX, bool IP>
+inline vf row_vec(const float* t, const void* src, int64_t o, int64_t j) {
+  if constexpr (IP) {
+    return vload<KX>(src, o + j);
+  } else {
+    return vload<kF32>(t, j);
+  }
+}
+template <int KX, bool IP>
+inline float row_1(const float* t, const void* src, int64_t o, int64_t j) {
+  if constexpr (IP) {
+    return load<KX>(src, o + j);
+  } else {
+    return t[j];
+  }
+}
+
 // The row passes stay functions of their own (inlined into one row loop they ran 5-15% slower
 // on short rows, measured).
 #if defined(__GNUC__)
@@ -356,30 +388,29 @@ inline bool holds_d(int64_t n) {
 #define JLN_NOINLINE
 #endif
 
-// A row's statistics and the float32 row the output sweep reads.
+// A row's statistics.
 struct RowStats {
-  const float* row;  // float32 x (or s) in place, or the scratch row of half x
-  float p, m, rs;    // the pivot still to subtract from `row` (0 for half x and RMS), the mean
-                     // about the pivot (0 for RMS) and rstd
+  float p, m, rs;  // the pivot still to subtract from the row the sweeps read (0 for RMS and
+                   // for scratch rows), the mean about the pivot (0 for RMS) and rstd
 };
 
 // Row statistics in two exact passes (center: the mean about the pivot p = x[0], then the
 // sum of squared deviations d = (x - p) - m; RMS: the sum of squares), x being the source's
 // row (s with the residual step), in two stages so that a block of short rows runs each stage
 // row after row (one row's reductions, a chain of dependent additions, a division and a square
-// root, then overlap the next row's sweep). The row the output sweep reads is float32: for
-// float32 x the row itself (the sweep subtracts p and m), for half x the scratch row `t`,
-// which the first pass fills with the widened row about its pivot (x - p, or x for RMS) and,
-// where holds_d, the second pass overwrites with d, so each element is widened once, the
-// later sweeps read it from cache and the output sweep only scales it (the same values, one
-// step less). The first pass hints the source row `ahead` elements on into cache.
+// root, then overlap the next row's sweep). The later passes read the row in place (IP, see
+// in_place: the sweeps subtract p and m) or from the float32 scratch row `t`, which the first
+// pass fills with the widened row about its pivot (x - p, or x for RMS) and, where holds_d,
+// the second pass overwrites with d, so each element is widened once, the later sweeps read it
+// from cache and the output sweep only scales it (the same values, one step less). The first
+// pass hints the source row `ahead` elements on into cache.
 //
 // Stage one: center: the pivot and the mean about it; RMS: the sum of squares and rstd.
-template <int KX, bool ADD>
+template <int KX, bool ADD, bool IP>
 JLN_NOINLINE RowStats stats_first(const Config& c, const Src in, int64_t o, float* __restrict__ t, int64_t ahead) {
   const int64_t n = c.n;
-  constexpr bool wide = KX == kF32;  // no scratch: read x (or s) in place
-  RowStats st{wide ? static_cast<const float*>(ADD ? in.s : in.x) + o : t, 0.0f, 0.0f, 0.0f};
+  constexpr bool wide = IP;  // no scratch row to fill
+  RowStats st{0.0f, 0.0f, 0.0f};
   if (c.center) {
     const float pv = src1<KX, ADD>(in, o);
     const float s = vsum(
@@ -395,7 +426,7 @@ JLN_NOINLINE RowStats stats_first(const Config& c, const Src in, int64_t o, floa
           if constexpr (!wide) t[j] = d;
           return d;
         });
-    st.p = wide ? pv : 0.0f;  // half: t holds x - p
+    st.p = wide ? pv : 0.0f;  // scratch: t holds x - p
     st.m = s / float(n);
     return st;
   }
@@ -416,23 +447,22 @@ JLN_NOINLINE RowStats stats_first(const Config& c, const Src in, int64_t o, floa
   return st;
 }
 
-// Stage two (center only): the sum of squared deviations and rstd (for half x, d replaces
-// x - p in the scratch row where holds_d).
-template <int KX>
-JLN_NOINLINE void stats_second(const Config& c, RowStats& st, float* t) {  // t may be st.row
+// Stage two (center only): the sum of squared deviations and rstd (for a scratch row, d
+// replaces x - p in it where holds_d). `src`, `o`: the source and the row's offset (IP).
+template <int KX, bool IP>
+JLN_NOINLINE void stats_second(const Config& c, RowStats& st, float* __restrict__ t, const void* src, int64_t o) {
   const int64_t n = c.n;
-  const float* row = st.row;
-  const float p = KX == kF32 ? st.p : 0.0f, mm = st.m;  // half: a constant 0, folded away
-  const bool keep = holds_d<KX>(n);
+  const float p = IP ? st.p : 0.0f, mm = st.m;  // scratch: a constant 0, folded away
+  const bool keep = !IP && holds_d<KX>(n);
   const float q = vsumsq(
       n,
       [&](int64_t j) {
-        const vf d = (vload<kF32>(row, j) - p) - mm;
+        const vf d = (row_vec<KX, IP>(t, src, o, j) - p) - mm;
         if (keep) std::memcpy(t + j, &d, sizeof(d));
         return d;
       },
       [&](int64_t j) {
-        const float d = (row[j] - p) - mm;
+        const float d = (row_1<KX, IP>(t, src, o, j) - p) - mm;
         if (keep) t[j] = d;
         return d * d;
       });
@@ -440,19 +470,20 @@ JLN_NOINLINE void stats_second(const Config& c, RowStats& st, float* t) {  // t 
 }
 
 // The common forward (no rounding steps, no modulation, no gemma): one fused sweep over the
-// float32 row `t` of RowStats, specialized on (center, scale, bias) so the loop carries no
-// branches; h = ((x - p) - m) * rstd (p and m are subtracted here for float32 x; for half x
-// `t` holds d where holds_d, else x - p). Meanwhile the row of y `ahead` elements on is hinted
-// for writing (`o`: the row's offset).
-template <int KX, int KY, bool C, bool W, bool B>
-inline void simple_out_t(const float* __restrict__ t, int64_t n, float p, float m, float rs, const float* w,
-                         const float* b, const Src in, void* y, int64_t o, int64_t ahead) {
-  const bool sub_m = C && !holds_d<KX>(n);  // (p is 0 for half x)
+// row (in place with IP, else the scratch row `t`), specialized on (center, scale, bias) so the
+// loop carries no branches; h = ((x - p) - m) * rstd (p and m are subtracted here for rows
+// read in place; a scratch row holds d where holds_d, else x - p). Meanwhile the row of y
+// `ahead` elements on is hinted for writing (`o`: the row's offset; `src`: as for
+// stats_second).
+template <int KX, int KY, bool C, bool W, bool B, bool IP>
+inline void simple_out_t(const float* __restrict__ t, const void* src, int64_t n, float p, float m, float rs,
+                         const float* w, const float* b, const Src in, void* y, int64_t o, int64_t ahead) {
+  const bool sub_m = C && (IP || !holds_d<KX>(n));  // (p is 0 for scratch rows)
   int64_t j = 0;
   for (; j + V <= n; j += V) {
     prefetch_dst<KX, KY>(in, y, o + ahead + j);
-    vf v = vload<kF32>(t, j);
-    if constexpr (C && KX == kF32) v = v - p;
+    vf v = row_vec<KX, IP>(t, src, o, j);
+    if constexpr (C && IP) v = v - p;
     if (sub_m) v = v - m;
     v = v * rs;
     if constexpr (W) v = v * vload<kF32>(w, j);
@@ -460,8 +491,8 @@ inline void simple_out_t(const float* __restrict__ t, int64_t n, float p, float 
     vstore<KY>(y, o + j, v);
   }
   for (; j < n; ++j) {
-    float v = t[j];
-    if constexpr (C && KX == kF32) v = v - p;
+    float v = row_1<KX, IP>(t, src, o, j);
+    if constexpr (C && IP) v = v - p;
     if (sub_m) v = v - m;
     v = v * rs;
     if constexpr (W) v = v * w[j];
@@ -470,20 +501,22 @@ inline void simple_out_t(const float* __restrict__ t, int64_t n, float p, float 
   }
 }
 
-template <int KX, int KY>
-JLN_NOINLINE void simple_out(const Config& c, const float* t, float p, float m, float rs, const float* w,
-                       const float* b, const Src in, void* y, int64_t o, int64_t ahead) {
+template <int KX, int KY, bool IP>
+JLN_NOINLINE void simple_out(const Config& c, const float* t, const void* src, float p, float m, float rs,
+                             const float* w, const float* b, const Src in, void* y, int64_t o, int64_t ahead) {
   const int key = (c.center ? 4 : 0) | (w ? 2 : 0) | (b ? 1 : 0);
+#define JLN_SIMPLE(C, W, B) simple_out_t<KX, KY, C, W, B, IP>(t, src, c.n, p, m, rs, w, b, in, y, o, ahead)
   switch (key) {
-    case 7: return simple_out_t<KX, KY, true, true, true>(t, c.n, p, m, rs, w, b, in, y, o, ahead);
-    case 6: return simple_out_t<KX, KY, true, true, false>(t, c.n, p, m, rs, w, b, in, y, o, ahead);
-    case 5: return simple_out_t<KX, KY, true, false, true>(t, c.n, p, m, rs, w, b, in, y, o, ahead);
-    case 4: return simple_out_t<KX, KY, true, false, false>(t, c.n, p, m, rs, w, b, in, y, o, ahead);
-    case 3: return simple_out_t<KX, KY, false, true, true>(t, c.n, p, m, rs, w, b, in, y, o, ahead);
-    case 2: return simple_out_t<KX, KY, false, true, false>(t, c.n, p, m, rs, w, b, in, y, o, ahead);
-    case 1: return simple_out_t<KX, KY, false, false, true>(t, c.n, p, m, rs, w, b, in, y, o, ahead);
-    default: return simple_out_t<KX, KY, false, false, false>(t, c.n, p, m, rs, w, b, in, y, o, ahead);
+    case 7: return JLN_SIMPLE(true, true, true);
+    case 6: return JLN_SIMPLE(true, true, false);
+    case 5: return JLN_SIMPLE(true, false, true);
+    case 4: return JLN_SIMPLE(true, false, false);
+    case 3: return JLN_SIMPLE(false, true, true);
+    case 2: return JLN_SIMPLE(false, true, false);
+    case 1: return JLN_SIMPLE(false, false, true);
+    default: return JLN_SIMPLE(false, false, false);
   }
+#undef JLN_SIMPLE
 }
 
 inline void round_inplace(float* v, int64_t n, int k) {
@@ -532,18 +565,17 @@ inline void affine(const Config& c, const Params& P, int64_t r, float* h) {
 
 // Every other forward (rounding steps, gemma, modulation): still one sweep per row, each
 // step applied to 16 lanes in registers (the step flags are the same for every vector).
-// `t`, p: the float32 row and pivot of RowStats (as for simple_out_t); `o`: the row's offset
-// in x and y; `ahead`: as for simple_out_t.
-template <int KX, int KY>
-inline void general_out(const Config& c, const float* __restrict__ t, float p, float m, float rs,
-                        const float* w, const float* b, const float* f, const float* sh, const Src in,
-                        void* y, int64_t o, int64_t ahead) {
+// The row, p, m, `o` and `ahead` as for simple_out_t.
+template <int KX, int KY, bool IP>
+inline void general_out(const Config& c, const float* __restrict__ t, const void* src, float p, float m,
+                        float rs, const float* w, const float* b, const float* f, const float* sh,
+                        const Src in, void* y, int64_t o, int64_t ahead) {
   const int64_t n = c.n;
-  const bool sub_m = c.center && !holds_d<KX>(n);  // (p is 0 for half x)
+  const bool sub_m = c.center && (IP || !holds_d<KX>(n));  // (p is 0 for scratch rows)
   int64_t j = 0;
   for (; j + V <= n; j += V) {
     prefetch_dst<KX, KY>(in, y, o + ahead + j);
-    vf v = vload<kF32>(t, j);
+    vf v = row_vec<KX, IP>(t, src, o, j);
     if (sub_m) v = (v - p) - m;
     v = v * rs;
     v = vround(v, c.round_h);
@@ -559,7 +591,10 @@ inline void general_out(const Config& c, const float* __restrict__ t, float p, f
   // the last n % 16 elements through the scalar steps
   float tmp[V];
   const int64_t k = n - j;
-  for (int64_t i = 0; i < k; ++i) tmp[i] = (sub_m ? (t[j + i] - p) - m : t[j + i]) * rs;
+  for (int64_t i = 0; i < k; ++i) {
+    const float v = row_1<KX, IP>(t, src, o, j + i);
+    tmp[i] = (sub_m ? (v - p) - m : v) * rs;
+  }
   round_inplace(tmp, k, c.round_h);
   if (w) weigh(tmp, w + j, k, c.gemma);
   round_inplace(tmp, k, c.round_y);
@@ -586,33 +621,40 @@ inline void general_out(const Config& c, const float* __restrict__ t, float p, f
 constexpr int64_t kMaxBlock = 8;
 template <int KX>
 inline int64_t block_rows(int64_t n) {
-  if (KX == kF32 || n >= 1024) return 1;
+  if (in_place<KX>(n) || n >= 1024) return 1;
   return std::max<int64_t>(2, std::min<int64_t>(kMaxBlock, 2048 / std::max<int64_t>(n, 1)));
 }
 
-template <int KX, int KY, bool ADD>
+// Rows r0..r1 of the forward; IP: whether the rows are read in place (in_place).
+template <int KX, int KY, bool ADD, bool IP>
 void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* mean,
               float* rstd_out, int64_t r0, int64_t r1) {
   const int64_t n = c.n;
   const int64_t R = block_rows<KX>(n), ahead = R * n;  // prefetches run one block ahead
-  std::vector<float> buf(static_cast<size_t>(R * n), 0.0f), fbuf(static_cast<size_t>(n), 0.0f);
+  const void* src = ADD ? in.s : in.x;
+  std::vector<float> buf(static_cast<size_t>(IP ? 0 : R * n), 0.0f), fbuf(static_cast<size_t>(n), 0.0f);
   float* f = fbuf.data();
   int64_t f_group = -1;
   RowStats st[kMaxBlock];
   for (int64_t rb = r0; rb < r1; rb += R) {
     const int64_t k1 = std::min(R, r1 - rb);
-    for (int64_t k = 0; k < k1; ++k) st[k] = stats_first<KX, ADD>(c, in, (rb + k) * n, buf.data() + k * n, ahead);
+    for (int64_t k = 0; k < k1; ++k) {
+      st[k] = stats_first<KX, ADD, IP>(c, in, (rb + k) * n, buf.data() + (IP ? 0 : k * n), ahead);
+    }
     if (c.center) {
-      for (int64_t k = 0; k < k1; ++k) stats_second<KX>(c, st[k], buf.data() + k * n);
+      for (int64_t k = 0; k < k1; ++k) {
+        stats_second<KX, IP>(c, st[k], buf.data() + (IP ? 0 : k * n), src, (rb + k) * n);
+      }
     }
     for (int64_t k = 0; k < k1; ++k) {
       const int64_t r = rb + k, o = r * n;
       const RowStats& s = st[k];
+      const float* t = buf.data() + (IP ? 0 : k * n);
       mean[r] = s.m;
       rstd_out[r] = s.rs;
       if (c.simple()) {
-        simple_out<KX, KY>(c, s.row, s.p, s.m, s.rs, c.has[kW] ? P.row(c, kW, r) : nullptr,
-                           c.has[kB] ? P.row(c, kB, r) : nullptr, in, y, o, ahead);
+        simple_out<KX, KY, IP>(c, t, src, s.p, s.m, s.rs, c.has[kW] ? P.row(c, kW, r) : nullptr,
+                               c.has[kB] ? P.row(c, kB, r) : nullptr, in, y, o, ahead);
         continue;
       }
       const float* wr = c.has[kW] ? P.row(c, kW, r) : nullptr;
@@ -622,8 +664,22 @@ void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* me
         f_group = r / c.per[kMscale];
         factor_row(c, P.row(c, kMscale, r), f);
       }
-      general_out<KX, KY>(c, s.row, s.p, s.m, s.rs, wr, br, c.has[kMscale] ? f : nullptr, sr, in, y, o, ahead);
+      general_out<KX, KY, IP>(c, t, src, s.p, s.m, s.rs, wr, br, c.has[kMscale] ? f : nullptr, sr, in, y, o,
+                              ahead);
     }
+  }
+}
+
+// fwd_rows with IP chosen by in_place (float32 rows are always read in place)
+template <int KX, int KY, bool ADD>
+void fwd_rows_any(const Config& c, const Src in, const Params& P, void* y, float* mean, float* rstd,
+                  int64_t r0, int64_t r1) {
+  if constexpr (KX == kF32) {
+    fwd_rows<KX, KY, ADD, true>(c, in, P, y, mean, rstd, r0, r1);
+  } else if (in_place<KX>(c.n)) {
+    fwd_rows<KX, KY, ADD, true>(c, in, P, y, mean, rstd, r0, r1);
+  } else {
+    fwd_rows<KX, KY, ADD, false>(c, in, P, y, mean, rstd, r0, r1);
   }
 }
 
@@ -838,9 +894,9 @@ struct Fwd {
                         void* y, float* mean, float* rstd) {
     parallel_rows(pool, c.rows, c.n, workers_of(pool, c), [=, &c, &P](int64_t r0, int64_t r1, int64_t) {
       if (in.r) {
-        fwd_rows<KX, KY, true>(c, in, P, y, mean, rstd, r0, r1);
+        fwd_rows_any<KX, KY, true>(c, in, P, y, mean, rstd, r0, r1);
       } else {
-        fwd_rows<KX, KY, false>(c, in, P, y, mean, rstd, r0, r1);
+        fwd_rows_any<KX, KY, false>(c, in, P, y, mean, rstd, r0, r1);
       }
     });
     return ffi::Error::Success();
