@@ -38,13 +38,13 @@ void case_(int64_t n, int64_t total, int reps) {
   auto run_ln = [&] {
     c.center = true;
     c.has[kW] = c.has[kB] = true;
-    fwd_rows<K, K, false>(c, in, P, y.data(), mean.data(), rstd.data(), 0, rows);
+    fwd_rows_any<K, K, false>(c, in, P, y.data(), mean.data(), rstd.data(), 0, rows);
   };
   auto run_rms = [&] {
     c.center = false;
     c.has[kW] = true;
     c.has[kB] = false;
-    fwd_rows<K, K, false>(c, in, P, y.data(), mean.data(), rstd.data(), 0, rows);
+    fwd_rows_any<K, K, false>(c, in, P, y.data(), mean.data(), rstd.data(), 0, rows);
   };
   auto run_copy = [&] {
     for (int64_t i = 0; i + V <= rows * n; i += V) vstore<K>(y.data(), i, -vload<K>(x.data(), i));
