@@ -702,10 +702,13 @@ inline void simple_bwd(const Config& c, const void* ct, const void* x, int64_t o
                        float rs, const float* w, float* __restrict__ dw, float* __restrict__ db, void* dx) {
   const int64_t n = c.n;
   const float fn = float(n);
-  vf sg = {}, shg = {};
+  // the row sums in four independent accumulator pairs (one pair chains an addition's latency
+  // per vector), combined in a fixed order; the next row of x and ct is hinted into cache
+  vf sg[4] = {}, shg[4] = {};
   float sg_t = 0, shg_t = 0;
-  int64_t j = 0;
-  for (; j + V <= n; j += V) {
+  auto step = [&](int64_t j, int a) {
+    prefetch<KX, false>(x, o + n + j);
+    prefetch<KY, false>(ct, o + n + j);
     const vf xv = vload<KX>(x, o + j);
     const vf h = c.center ? ((xv - p) - m) * rs : xv * rs;
     const vf cv = vload<KY>(ct, o + j);
@@ -715,9 +718,17 @@ inline void simple_bwd(const Config& c, const void* ct, const void* x, int64_t o
       vstore<kF32>(dw, j, vload<kF32>(dw, j) + cv * h);
       g = cv * vload<kF32>(w, j);
     }
-    sg += g;
-    shg += h * g;
+    sg[a] += g;
+    shg[a] += h * g;
+  };
+  int64_t j = 0;
+  for (; j + 4 * V <= n; j += 4 * V) {
+    step(j, 0);
+    step(j + V, 1);
+    step(j + 2 * V, 2);
+    step(j + 3 * V, 3);
   }
+  for (; j + V <= n; j += V) step(j, 0);
   for (int64_t t = j; t < n; ++t) {
     const float xv = load<KX>(x, o + t);
     const float h = c.center ? ((xv - p) - m) * rs : xv * rs;
@@ -731,10 +742,11 @@ inline void simple_bwd(const Config& c, const void* ct, const void* x, int64_t o
     sg_t += g;
     shg_t += h * g;
   }
-  const float mg = c.center ? (hsum(sg) + sg_t) / fn : 0.0f;
-  const float mhg = (hsum(shg) + shg_t) / fn;
+  const float mg = c.center ? (hsum((sg[0] + sg[1]) + (sg[2] + sg[3])) + sg_t) / fn : 0.0f;
+  const float mhg = (hsum((shg[0] + shg[1]) + (shg[2] + shg[3])) + shg_t) / fn;
   j = 0;
   for (; j + V <= n; j += V) {
+    prefetch<KX, true>(dx, o + n + j);
     const vf xv = vload<KX>(x, o + j);
     const vf h = c.center ? ((xv - p) - m) * rs : xv * rs;
     vf g = vload<KY>(ct, o + j);
