@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -129,6 +130,41 @@ def test_time_calls_rotates_buffers_and_syncs_once_per_sample() -> None:
     assert len(syncs) == 2 + 1 + 5  # warm-up calls, one estimate, then one per sample
     timed = calls[3:]
     assert timed == [(1 + k) % 3 for k in range(5)]  # consecutive samples use different buffers
+
+
+def test_in_flight_bounds_the_outputs_a_sample_holds() -> None:
+    # with in_flight=2 a sample of m calls blocks on each output once the third call is out,
+    # oldest first, then on the last two together; with None it holds all m until its end
+    for in_flight in (2, None):
+        live: list[int] = []
+        peak = 0
+        synced: list[list[int]] = []
+        counter = iter(range(10**6))
+
+        def call(i: int, live: list[int] = live, counter: Iterator[int] = counter) -> int:
+            nonlocal peak
+            k = next(counter)
+            live.append(k)
+            peak = max(peak, len(live))
+            return k
+
+        def sync(out: object, live: list[int] = live, synced: list[list[int]] = synced) -> None:
+            outs = out if isinstance(out, list) else [out]
+            synced.append(list(outs))
+            for o in outs:
+                live.remove(o)
+
+        tm = _bench.time_interleaved({"a": (call, 3, sync)}, reps=1, warmup=1, min_sample_s=1.0,
+                                     in_flight=in_flight)["a"]
+        m = tm.inner
+        assert m == 64  # a 1 s sample of instant calls: the cap
+        timed = [[k - 2 for k in s] for s in synced[2:]]  # after the warm-up call and the estimate
+        if in_flight == 2:
+            assert timed == [[k] for k in range(m - 2)] + [[m - 2, m - 1]]
+            assert peak == 3
+        else:
+            assert timed == [list(range(m))]
+            assert peak == m
 
 
 def test_time_interleaved_takes_turns() -> None:
