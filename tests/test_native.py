@@ -243,6 +243,45 @@ def test_rows_on_every_side_of_the_scratch_row_rules(width: int, dt: Any) -> Non
             _close(a, c, f"{name} {width} {jnp.dtype(dt).name} {what}", rel_ulps=32 if dt == jnp.float32 else 4)
 
 
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("width", [4096, 4100])
+def test_wide_rows_in_pairs(width: int, dt: Any) -> None:
+    # rows 4096 or more wide run in pairs that share one output sweep: an odd row count (the
+    # last row alone), a scalar tail (4100), and per-example parameters (3 groups of 3 rows:
+    # pairs within a group, and pairs that straddle two groups, which are swept row by row)
+    x, w, b, _ = _inputs(dt, (3, 3, width), offset=3.0)
+    g = jnp.arange(3, dtype=jnp.float32).reshape(3, 1)
+    wg = (w.astype(jnp.float32).reshape(1, width) * (1.0 + 0.5 * g)).astype(dt)  # one row per example
+    bg = (b.astype(jnp.float32).reshape(1, width) + 0.25 * g).astype(dt)
+    cases: dict[str, Callable[[Array, str], Array]] = {
+        "layer_norm": lambda x, impl: jln.layer_norm(x, w, b, impl=impl),
+        "layer_norm/odd-rows": lambda x, impl: jln.layer_norm(x[:2, :2].reshape(-1, width)[:3], w, b, impl=impl),
+        "layer_norm/per-example": lambda x, impl: jax.vmap(
+            lambda xi, wi, bi: jln.layer_norm(xi, wi, bi, impl=impl))(x, wg, bg),
+        "rms_norm/per-example": lambda x, impl: jax.vmap(lambda xi, wi: jln.rms_norm(xi, wi, impl=impl))(x, wg),
+        "add_layer_norm": lambda x, impl: jln.add_layer_norm(x, jnp.flip(x, -1), w, b, impl=impl)[0],
+    }
+    for name, f in cases.items():
+        outs = []
+        for impl in ("native", "xla"):
+            y, pull = jax.vjp(lambda x, impl=impl, f=f: f(x, impl), x)
+            outs.append((y, *pull((0.5 + jnp.sin(y.astype(jnp.float32))).astype(y.dtype))))
+        for a, c, what in zip(outs[0], outs[1], ("y", "dx"), strict=True):
+            _close(a, c, f"{name} {width} {jnp.dtype(dt).name} {what}", rel_ulps=32 if dt == jnp.float32 else 4)
+
+
+def test_kernel_harness_compiles() -> None:
+    # bench/native_kernel.cc includes the kernels and calls their row functions directly, so a
+    # change of their signatures breaks it without any other test noticing: compile it (syntax
+    # and template instantiation only) with the flags jln builds the kernels with
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    flags = [f for f in _cpu.FLAGS if f not in ("-shared", "-fPIC")]
+    cmd = [_cpu._compiler() or "c++", *flags, "-fsyntax-only", f"-I{jax.ffi.include_dir()}",
+           os.path.join(root, "bench", "native_kernel.cc")]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr[-4000:]
+
+
 def test_special_values_propagate_like_xla() -> None:
     x = jnp.array([[0.0, 0.0, 0.0, 0.0], [1.0, jnp.nan, 2.0, 3.0], [1.0, jnp.inf, 2.0, 3.0], [1e30, -1e30, 3.0, 0.0]], jnp.float32)
     for f in (lambda x, impl: jln.layer_norm(x, impl=impl), lambda x, impl: jln.rms_norm(x, impl=impl)):
