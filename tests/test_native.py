@@ -270,6 +270,49 @@ def test_wide_rows_in_pairs(width: int, dt: Any) -> None:
             _close(a, c, f"{name} {width} {jnp.dtype(dt).name} {what}", rel_ulps=32 if dt == jnp.float32 else 4)
 
 
+@pytest.mark.parametrize(("width", "dt"), [(16, jnp.float32), (100, jnp.float32), (1024, jnp.float32),
+                                           (4100, jnp.float32), (4100, jnp.bfloat16), (4100, jnp.float16)],
+                         ids=lambda v: jnp.dtype(v).name if not isinstance(v, int) else str(v))
+def test_row_pipeline_hands_each_row_its_statistics(width: int, dt: Any) -> None:
+    # rows read in place run as a pipeline (each row's output sweep carries the next row's
+    # first statistics pass, whose statistics it hands on; float32 LayerNorm 4096+ wide runs in
+    # pairs instead): 1 to 5 rows (no row to hand on, one, several), rows whose scale and
+    # offset differ a lot (statistics handed to the wrong row would show), the residual step
+    # (the next row's sum s written while the current row's is read), per-example parameters
+    # (2 rows per example: the parameter row changes inside the pipeline) and scalar tails.
+    # (Half-precision rows up to 2048 wide take their scratch rows, not the pipeline.)
+    base, w, b, _ = _inputs(dt, (5, width))
+    r = jnp.arange(5, dtype=jnp.float32).reshape(5, 1)
+    x = (base.astype(jnp.float32) * (1.0 + r) + 10.0 * r).astype(dt)
+    g = jnp.arange(2, dtype=jnp.float32).reshape(2, 1)
+    wg = (w.astype(jnp.float32).reshape(1, width) * (1.0 + 0.5 * g)).astype(dt)  # one row per example
+    bg = (b.astype(jnp.float32).reshape(1, width) + 0.25 * g).astype(dt)
+    cases: dict[str, Callable[[Array, str], Any]] = {
+        "layer_norm": lambda x, impl: jln.layer_norm(x, w, b, impl=impl),
+        "rms_norm": lambda x, impl: jln.rms_norm(x, w, impl=impl),
+        "layer_norm/no-params": lambda x, impl: jln.layer_norm(x, impl=impl),
+        "add_layer_norm": lambda x, impl: jln.add_layer_norm(x, jnp.flip(x, 0), w, b, impl=impl),
+        "add_rms_norm": lambda x, impl: jln.add_rms_norm(x, jnp.flip(x, 0), w, impl=impl),
+        "layer_norm/per-example": lambda x, impl: jax.vmap(
+            lambda xi, wi, bi: jln.layer_norm(xi, wi, bi, impl=impl))(x[:4].reshape(2, 2, width), wg, bg),
+        "rms_norm/per-example": lambda x, impl: jax.vmap(
+            lambda xi, wi: jln.rms_norm(xi, wi, impl=impl))(x[:4].reshape(2, 2, width), wg),
+    }
+    for rows in (1, 2, 5):
+        xr = x[:rows]
+        for name, f in cases.items():
+            if "per-example" in name and rows != 5:
+                continue
+            outs = []
+            for impl in ("native", "xla"):
+                y, pull = jax.vjp(lambda x, impl=impl, f=f: f(x, impl), xr)
+                ct = jax.tree.map(lambda v: (0.5 + jnp.sin(v.astype(jnp.float32))).astype(v.dtype), y)
+                outs.append((*jax.tree.leaves(y), *pull(ct)))
+            for i, (a, c) in enumerate(zip(outs[0], outs[1], strict=True)):
+                _close(a, c, f"{name} rows={rows} {width} {jnp.dtype(dt).name} output {i}",
+                       rel_ulps=32 if dt == jnp.float32 else 4)
+
+
 def test_kernel_harness_compiles() -> None:
     # bench/native_kernel.cc includes the kernels and calls their row functions directly, so a
     # change of their signatures breaks it without any other test noticing: compile it (syntax
