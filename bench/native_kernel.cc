@@ -2,26 +2,57 @@
 // (scale, and bias for LayerNorm) against an elementwise copy (y = -x) over the same buffers,
 // in GB/s (read x, write y). Built and run by bench/native_kernel.sh.
 //
-//   native_kernel ELEMENTS REPS     e.g. 65536 300 (in cache), 16777216 21 (memory)
+//   native_kernel ELEMENTS REPS [XBUFS [YBUFS]]
+//     e.g. 65536 300 (in cache), 1048576 40 32 2 (x from memory, y reused, as in jln bench),
+//     16777216 21 (x and y from memory)
+//
+// Each call reads the next of XBUFS input buffers and writes the next of YBUFS output buffers
+// (default 1 each). Buffers are 64-byte aligned, as JAX's CPU buffers are (16-byte aligned
+// ones split every 64-byte vector load across two cache lines: 0.71-0.99x, measured).
 #include "../jln/kernels/cpu_norm.cc"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 
 namespace {
 
+struct Aligned {
+  void operator()(char* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<char[], Aligned>;
+
+Buffer aligned_buffer(size_t bytes) {
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) {
+    std::fprintf(stderr, "native_kernel: cannot allocate %zu bytes\n", bytes);
+    std::exit(1);
+  }
+  return Buffer(static_cast<char*>(p));
+}
+
 template <int K>
-void case_(int64_t n, int64_t total, int reps) {
+void case_(int64_t n, int64_t total, int reps, int xbufs, int ybufs) {
   const int64_t rows = std::max<int64_t>(1, total / n);
   const size_t bytes = size_t(rows * n) * (K == kF32 ? 4 : 2);
-  std::vector<char> x(bytes), y(bytes);
-  // values near 1 (exponent byte 0x3f), random low bits: no NaN, no subnormals
-  for (size_t i = 0; i < bytes; i += 2) {
-    x[i] = char(std::rand());
-    x[i + 1] = char(0x3f);
+  std::vector<Buffer> xs, ys;
+  for (int i = 0; i < xbufs; ++i) {
+    xs.push_back(aligned_buffer(bytes));
+    // values near 1 (exponent byte 0x3f), random low bits: no NaN, no subnormals
+    for (size_t k = 0; k < bytes; k += 2) {
+      xs.back()[k] = char(std::rand());
+      xs.back()[k + 1] = char(0x3f);
+    }
   }
+  for (int i = 0; i < ybufs; ++i) {
+    ys.push_back(aligned_buffer(bytes));
+    std::memset(ys.back().get(), 0, bytes);
+  }
+  char* x = nullptr;
+  char* y = nullptr;
   std::vector<float> w(static_cast<size_t>(n), 1.0f), b(static_cast<size_t>(n), 0.0f);
   std::vector<float> mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
   Config c{};
@@ -32,26 +63,31 @@ void case_(int64_t n, int64_t total, int reps) {
   Params P{};
   P.p[kW] = w.data();
   P.p[kB] = b.data();
-  const Src in{x.data(), nullptr, nullptr};
+  Src in{nullptr, nullptr, nullptr};
   // the three are sampled in turns (copy, layer_norm, rms_norm per round), so a machine whose
   // speed drifts shifts them alike; each reports its median
   auto run_ln = [&] {
     c.center = true;
     c.has[kW] = c.has[kB] = true;
-    fwd_rows_any<K, K, false>(c, in, P, y.data(), mean.data(), rstd.data(), 0, rows);
+    fwd_rows_any<K, K, false>(c, in, P, y, mean.data(), rstd.data(), 0, rows);
   };
   auto run_rms = [&] {
     c.center = false;
     c.has[kW] = true;
     c.has[kB] = false;
-    fwd_rows_any<K, K, false>(c, in, P, y.data(), mean.data(), rstd.data(), 0, rows);
+    fwd_rows_any<K, K, false>(c, in, P, y, mean.data(), rstd.data(), 0, rows);
   };
   auto run_copy = [&] {
-    for (int64_t i = 0; i + V <= rows * n; i += V) vstore<K>(y.data(), i, -vload<K>(x.data(), i));
+    for (int64_t i = 0; i + V <= rows * n; i += V) vstore<K>(y, i, -vload<K>(x, i));
   };
   std::vector<double> t[3];
+  int64_t call = 0;
   for (int r = 0; r < reps; ++r) {
     for (int k = 0; k < 3; ++k) {
+      x = xs[size_t(call % xbufs)].get();
+      y = ys[size_t(call % ybufs)].get();
+      in.x = x;
+      ++call;
       const auto t0 = std::chrono::steady_clock::now();
       if (k == 0) run_copy();
       if (k == 1) run_ln();
@@ -74,9 +110,11 @@ void case_(int64_t n, int64_t total, int reps) {
 int main(int argc, char** argv) {
   const int64_t total = argc > 1 ? std::atoll(argv[1]) : 65536;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 300;
+  const int xbufs = std::max(1, argc > 3 ? std::atoi(argv[3]) : 1);
+  const int ybufs = std::max(1, argc > 4 ? std::atoi(argv[4]) : 1);
   std::printf("| width | dtype | copy GB/s | layer_norm GB/s (%% copy) | rms_norm GB/s (%% copy) |\n|---|---|---|---|---|\n");
   for (int64_t n : {256, 1024, 4096, 16384}) {
-    case_<kF32>(n, total, reps);
-    case_<kBF16>(n, total, reps);
+    case_<kF32>(n, total, reps, xbufs, ybufs);
+    case_<kBF16>(n, total, reps, xbufs, ybufs);
   }
 }

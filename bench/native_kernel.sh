@@ -24,7 +24,11 @@ fi
   echo
   "${pin[@]}" "$exe" 65536 300
   echo
-  echo "From memory (16777216 elements per buffer, 21 reps):"
+  echo "x from memory, y reused (as in jln bench: 1048576 elements per buffer, 32 input buffers, 2 output buffers, 40 reps):"
+  echo
+  "${pin[@]}" "$exe" 1048576 40 32 2
+  echo
+  echo "x and y from memory (16777216 elements per buffer, 21 reps):"
   echo
   "${pin[@]}" "$exe" 16777216 21
 } | if [ $# -gt 0 ]; then tee "$1"; else cat; fi

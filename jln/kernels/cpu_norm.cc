@@ -630,7 +630,8 @@ inline void general_out(const Config& c, const float* __restrict__ t, const void
 // stage (measured on one Xeon core, bfloat16 LayerNorm from memory: 1.24x at 128 wide, 1.34x
 // at 256, 1.10x at 512; the block's float32 scratch rows, 4 to 8 KiB, stay in L1). Rows of
 // 1024 and more, and float32 rows (read in place, no scratch), ran no faster in blocks (float32
-// at 256: 0.83x) and run one at a time, except for pairs (see pairs).
+// at 256: 0.83x) and run one at a time; common forwards of rows read in place run piped or in
+// pairs instead (see piped, pairs).
 constexpr int64_t kMaxBlock = 8;
 template <int KX>
 inline int64_t block_rows(int64_t n) {
@@ -679,12 +680,12 @@ void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* me
         stats_second<KX, IP>(c, st[k], buf.data() + (IP ? 0 : k * n), src, (rb + k) * n);
       }
     }
+    for (int64_t k = 0; k < k1; ++k) {
+      mean[rb + k] = st[k].m;
+      rstd_out[rb + k] = st[k].rs;
+    }
     if constexpr (NR == 2) {
       if (k1 == 2 && c.group(kW, rb) == c.group(kW, rb + 1) && c.group(kB, rb) == c.group(kB, rb + 1)) {
-        for (int64_t k = 0; k < 2; ++k) {
-          mean[rb + k] = st[k].m;
-          rstd_out[rb + k] = st[k].rs;
-        }
         simple_out<KX, KY, IP, 2>(c, nullptr, src, st, c.has[kW] ? P.row(c, kW, rb) : nullptr,
                                   c.has[kB] ? P.row(c, kB, rb) : nullptr, in, y, rb * n, ahead);
         continue;
@@ -694,22 +695,22 @@ void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* me
       const int64_t r = rb + k, o = r * n;
       const RowStats& s = st[k];
       const float* t = buf.data() + (IP ? 0 : k * n);
-      mean[r] = s.m;
-      rstd_out[r] = s.rs;
       if (c.simple()) {
         simple_out<KX, KY, IP, 1>(c, t, src, &s, c.has[kW] ? P.row(c, kW, r) : nullptr,
                                   c.has[kB] ? P.row(c, kB, r) : nullptr, in, y, o, ahead);
         continue;
       }
-      const float* wr = c.has[kW] ? P.row(c, kW, r) : nullptr;
-      const float* br = c.has[kB] ? P.row(c, kB, r) : nullptr;
-      const float* sr = c.has[kShift] ? P.row(c, kShift, r) : nullptr;
-      if (c.has[kMscale] && c.group(kMscale, r) != f_group) {
-        f_group = c.group(kMscale, r);
-        factor_row(c, P.row(c, kMscale, r), f);
+      if constexpr (NR == 1) {  // (pairs are common forwards only: their build has no general sweep)
+        const float* wr = c.has[kW] ? P.row(c, kW, r) : nullptr;
+        const float* br = c.has[kB] ? P.row(c, kB, r) : nullptr;
+        const float* sr = c.has[kShift] ? P.row(c, kShift, r) : nullptr;
+        if (c.has[kMscale] && c.group(kMscale, r) != f_group) {
+          f_group = c.group(kMscale, r);
+          factor_row(c, P.row(c, kMscale, r), f);
+        }
+        general_out<KX, KY, IP>(c, t, src, s.p, s.m, s.rs, wr, br, c.has[kMscale] ? f : nullptr, sr, in, y, o,
+                                ahead);
       }
-      general_out<KX, KY, IP>(c, t, src, s.p, s.m, s.rs, wr, br, c.has[kMscale] ? f : nullptr, sr, in, y, o,
-                              ahead);
     }
   }
 }
