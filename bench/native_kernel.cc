@@ -8,7 +8,8 @@
 //
 // Each call reads the next of XBUFS input buffers and writes the next of YBUFS output buffers
 // (default 1 each). Buffers are 64-byte aligned, as JAX's CPU buffers are (16-byte aligned
-// ones split every 64-byte vector load across two cache lines: 0.71-0.99x, measured).
+// ones split every 64-byte vector load across two cache lines: LayerNorm in cache ran at
+// 0.64-0.99x of its speed on aligned ones, measured).
 #include "../jln/kernels/cpu_norm.cc"
 
 #include <algorithm>

@@ -11,7 +11,8 @@ XLA copy, or torch's device-to-device copy when torch runs on the GPU and is fas
 * Timing (:func:`time_interleaved`): warm-up, then the median of ``reps`` samples; a sample
   runs ``inner`` back-to-back calls rotating over several input buffers (so the working set
   exceeds the last-level cache) and blocks once, at its end (on a CPU it holds at most
-  :data:`CPU_IN_FLIGHT` calls' outputs at once, blocking on the oldest). The implementations of one case
+  :data:`CPU_IN_FLIGHT` calls unfinished, blocking on the oldest: none, so each call is synced
+  before the next is issued). The implementations of one case
   (op, shape, dtype, direction) and the copy are sampled in turns, one sample each per round,
   so a machine whose speed drifts (a shared host, a throttling chip) shifts them alike and
   their ratios hold. Compilation is timed separately.
@@ -125,8 +126,13 @@ def torch_residual_bytes_per_elem(tf: Callable[..., Any], p: dict[str, Any]) -> 
 # --------------------------------------------------------------------------------------------
 
 
-#: Calls whose outputs a CPU sample holds at once (see :func:`time_interleaved`).
-CPU_IN_FLIGHT = 2
+#: Calls a CPU sample leaves unfinished while it issues the next (see :func:`time_interleaved`):
+#: none. A CPU runs one call at a time anyway, and every output still held is one more buffer
+#: the next call's output cannot reuse, so that output's stores miss the cache and fetch its
+#: lines from memory first. Measured on one EPYC core, jln's float32 layer_norm of 256x4096
+#: took 551 us per call with two calls left unfinished and 422 us with none (an XLA copy of the
+#: same bytes: 269 us either way); torch's eager calls finish before they return anyway.
+CPU_IN_FLIGHT = 0
 
 
 @dataclasses.dataclass
@@ -151,11 +157,12 @@ def time_interleaved(calls: dict[str, Timed], *, reps: int, warmup: int, min_sam
     ``min_sample_s``, which hides dispatch overhead for fast kernels. Round ``r`` takes one
     sample of every implementation, starting at the ``r``-th (so none is always first).
 
-    ``in_flight``: at most this many calls' outputs are held at once (``sync`` on the oldest,
-    then it is dropped), so a sample's outputs reuse memory; ``None`` holds all ``inner``. On
-    a CPU, holding them all made the host allocator return the memory to the OS after each
-    sample and fault fresh pages into every output: measured on one EPYC core, an XLA float32
-    copy of 4096x256 took 2346 us per call with 16 outputs held and 133 us with one.
+    ``in_flight``: once more than this many calls are out, ``sync`` the oldest and drop it
+    (0: every call is synced and dropped before the next is issued), so a sample's outputs
+    reuse memory; ``None`` holds all ``inner``. On a CPU, holding them all made the host
+    allocator return the memory to the OS after each sample and fault fresh pages into every
+    output: measured on one EPYC core, an XLA float32 copy of 4096x256 took 2346 us per call
+    with 16 outputs held and 133 us with one (see also :data:`CPU_IN_FLIGHT`).
     """
     inner: dict[str, int] = {}
     for name, (call, n_buffers, sync) in calls.items():

@@ -134,8 +134,9 @@ def test_time_calls_rotates_buffers_and_syncs_once_per_sample() -> None:
 
 def test_in_flight_bounds_the_outputs_a_sample_holds() -> None:
     # with in_flight=2 a sample of m calls blocks on each output once the third call is out,
-    # oldest first, then on the last two together; with None it holds all m until its end
-    for in_flight in (2, None):
+    # oldest first, then on the last two together; with 0 (the CPU's) on each output as soon
+    # as its call returns; with None it holds all m until its end
+    for in_flight in (2, 0, None):
         live: list[int] = []
         peak = 0
         synced: list[list[int]] = []
@@ -162,6 +163,9 @@ def test_in_flight_bounds_the_outputs_a_sample_holds() -> None:
         if in_flight == 2:
             assert timed == [[k] for k in range(m - 2)] + [[m - 2, m - 1]]
             assert peak == 3
+        elif in_flight == 0:
+            assert timed == [[k] for k in range(m)] + [[]]
+            assert peak == 1
         else:
             assert timed == [list(range(m))]
             assert peak == m
