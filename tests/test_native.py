@@ -271,7 +271,8 @@ def test_wide_rows_in_pairs(width: int, dt: Any) -> None:
 
 
 @pytest.mark.parametrize(("width", "dt"), [(16, jnp.float32), (100, jnp.float32), (1024, jnp.float32),
-                                           (4100, jnp.float32), (4100, jnp.bfloat16), (4100, jnp.float16)],
+                                           (4100, jnp.float32), (4100, jnp.bfloat16), (4100, jnp.float16),
+                                           (100, jnp.bfloat16)],
                          ids=lambda v: jnp.dtype(v).name if not isinstance(v, int) else str(v))
 def test_row_pipeline_hands_each_row_its_statistics(width: int, dt: Any) -> None:
     # rows read in place run as a pipeline (each row's output sweep carries the next row's
@@ -280,7 +281,8 @@ def test_row_pipeline_hands_each_row_its_statistics(width: int, dt: Any) -> None
     # offset differ a lot (statistics handed to the wrong row would show), the residual step
     # (the next row's sum s written while the current row's is read), per-example parameters
     # (2 rows per example: the parameter row changes inside the pipeline) and scalar tails.
-    # (Half-precision rows up to 2048 wide take their scratch rows, not the pipeline.)
+    # Half-precision rows up to 2048 wide take their scratch rows, not the pipeline, through
+    # the same fused output sweep (100 wide, bfloat16).
     base, w, b, _ = _inputs(dt, (5, width))
     r = jnp.arange(5, dtype=jnp.float32).reshape(5, 1)
     x = (base.astype(jnp.float32) * (1.0 + r) + 10.0 * r).astype(dt)
@@ -290,6 +292,10 @@ def test_row_pipeline_hands_each_row_its_statistics(width: int, dt: Any) -> None
     cases: dict[str, Callable[[Array, str], Any]] = {
         "layer_norm": lambda x, impl: jln.layer_norm(x, w, b, impl=impl),
         "rms_norm": lambda x, impl: jln.rms_norm(x, w, impl=impl),
+        # llama's and t5's rounding of h and gemma's 1 + w: the same fused sweeps
+        "rms_norm/llama": lambda x, impl: jln.rms_norm(x, w, convention="llama", impl=impl),
+        "rms_norm/t5": lambda x, impl: jln.rms_norm(x, w, convention="t5", impl=impl),
+        "rms_norm/gemma": lambda x, impl: jln.rms_norm(x, w, convention="gemma", impl=impl),
         "layer_norm/no-params": lambda x, impl: jln.layer_norm(x, impl=impl),
         "add_layer_norm": lambda x, impl: jln.add_layer_norm(x, jnp.flip(x, 0), w, b, impl=impl),
         "add_rms_norm": lambda x, impl: jln.add_rms_norm(x, jnp.flip(x, 0), w, impl=impl),
@@ -309,8 +315,14 @@ def test_row_pipeline_hands_each_row_its_statistics(width: int, dt: Any) -> None
                 ct = jax.tree.map(lambda v: (0.5 + jnp.sin(v.astype(jnp.float32))).astype(v.dtype), y)
                 outs.append((*jax.tree.leaves(y), *pull(ct)))
             for i, (a, c) in enumerate(zip(outs[0], outs[1], strict=True)):
-                _close(a, c, f"{name} rows={rows} {width} {jnp.dtype(dt).name} output {i}",
-                       rel_ulps=32 if dt == jnp.float32 else 4)
+                what = f"{name} rows={rows} {width} {jnp.dtype(dt).name} output {i}"
+                _close(a, c, what, rel_ulps=32 if dt == jnp.float32 else 4)
+                if dt != jnp.float32 and i == 0:
+                    # a half-precision output is the XLA path's bit for bit but where the two
+                    # float32 statistics' summation orders round differently, which a few
+                    # ulps allow; a rounding step skipped or added would alter many elements
+                    same = float(np.mean(np.asarray(a, np.float32) == np.asarray(c, np.float32)))
+                    assert same >= 0.99, f"{what}: only {same:.1%} of the elements equal the XLA path's"
 
 
 def test_kernel_harness_compiles() -> None:

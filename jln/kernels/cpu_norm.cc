@@ -309,10 +309,20 @@ struct Config {
   // the parameter group of row r; one group for all rows (the usual case) needs no division
   // (per row, the divisions took about 4% of a 256-wide bfloat16 forward, measured)
   int64_t group(int k, int64_t r) const { return per[k] == rows ? 0 : r / per[k]; }
-  // the fused single-sweep forward applies: no rounding steps, no modulation, no gemma
+  // no rounding steps, no modulation, no gemma: the fused backward applies (and the pairs)
   bool simple() const {
     return !round_h && !round_y && !round_b && !round_f && !round_s && !gemma && !has[kShift] && !has[kMscale];
   }
+  // the fused single-sweep forward applies (rows of dtype kx): simple, or an RMSNorm with a
+  // scale and no bias whose only extra step is rounding h to x's own precision before the
+  // scale (llama, t5) or gemma's 1 + w (see rms_weigh)
+  bool fused(int kx) const {
+    if (round_y || round_b || round_f || round_s || has[kShift] || has[kMscale]) return false;
+    if (!round_h && !gemma) return true;
+    return !center && has[kW] && !has[kB] && (gemma ? !round_h : round_h == kx);
+  }
+  // a fused RMSNorm's scale step: 0 h * w, 1 round(h) * w (llama, t5), 2 h * (1 + w) (gemma)
+  int rms_weigh() const { return gemma ? 2 : round_h ? 1 : 0; }
 };
 
 struct Params {
@@ -469,17 +479,19 @@ JLN_NOINLINE void stats_second(const Config& c, RowStats& st, float* __restrict_
   st.rs = 1.0f / std::sqrt(q / float(n) + c.eps);
 }
 
-// The common forward (no rounding steps, no modulation, no gemma): one fused sweep over NR
-// consecutive rows (in place with IP, else the scratch row `t`; NR = 2 only in place), which
-// share their parameter rows, specialized on (center, scale, bias) so the loop carries no
-// branches; h = ((x - p) - m) * rstd with each row's statistics `st[k]` (p and m are
+// The common forward (Config::fused: no rounding steps but llama's and t5's rounding of h, no
+// modulation): one fused sweep over NR consecutive rows (in place with IP, else the scratch
+// row `t`; NR = 2 only in place), which share their parameter rows, specialized on (center,
+// scale, bias) and RMSNorm's scale step RW (rms_weigh) so the loop carries no branches (llama's
+// bfloat16 RMSNorm through it rather than general_out: 1.22-1.46x, one EPYC core, kernel alone);
+// h = ((x - p) - m) * rstd with each row's statistics `st[k]` (p and m are
 // subtracted here for rows read in place; a scratch row holds d where holds_d, else x - p).
 // Meanwhile the rows of y `ahead` elements on are hinted for writing (`o`: the first row's
 // offset; `src`: as for stats_second). Sweeping two wide rows at once loads each parameter
 // vector once for both: the float32 parameter rows of a row 4096 or more wide outgrow L1 and
 // came from L2 for every row (measured on one EPYC core, data from memory: 1.07-1.14x at
 // 4096 and 16384 wide, float32 and bfloat16; 0.71-0.82x for float32 at 256 and 1024).
-template <int KX, int KY, bool C, bool W, bool B, bool IP, int NR>
+template <int KX, int KY, bool C, bool W, bool B, bool IP, int NR, int RW = 0>
 inline void simple_out_t(const float* __restrict__ t, const void* src, int64_t n, const RowStats* st,
                          const float* w, const float* b, const Src in, void* y, int64_t o, int64_t ahead) {
   static_assert(NR == 1 || IP, "several rows per sweep only in place");
@@ -495,7 +507,8 @@ inline void simple_out_t(const float* __restrict__ t, const void* src, int64_t n
       if constexpr (C && IP) v = v - p[k];
       if (sub_m) v = v - m[k];
       v = v * rs[k];
-      if constexpr (W) v = v * vload<kF32>(w, j);
+      if constexpr (RW == 1) v = vround(v, KX);
+      if constexpr (W) v = RW == 2 ? v * (1.0f + vload<kF32>(w, j)) : v * vload<kF32>(w, j);
       if constexpr (B) v = v + vload<kF32>(b, j);
       vstore<KY>(y, ok + j, v);
     }
@@ -507,7 +520,8 @@ inline void simple_out_t(const float* __restrict__ t, const void* src, int64_t n
       if constexpr (C && IP) v = v - p[k];
       if (sub_m) v = v - m[k];
       v = v * rs[k];
-      if constexpr (W) v = v * w[j];
+      if constexpr (RW == 1) v = round1(v, KX);
+      if constexpr (W) v = RW == 2 ? v * (1.0f + w[j]) : v * w[j];
       if constexpr (B) v = v + b[j];
       store<KY>(y, ok + j, v);
     }
@@ -517,9 +531,11 @@ inline void simple_out_t(const float* __restrict__ t, const void* src, int64_t n
 template <int KX, int KY, bool IP, int NR>
 JLN_NOINLINE void simple_out(const Config& c, const float* t, const void* src, const RowStats* st,
                              const float* w, const float* b, const Src in, void* y, int64_t o, int64_t ahead) {
-  const int key = (c.center ? 4 : 0) | (w ? 2 : 0) | (b ? 1 : 0);
+  const int key = c.rms_weigh() ? 7 + c.rms_weigh() : (c.center ? 4 : 0) | (w ? 2 : 0) | (b ? 1 : 0);
 #define JLN_SIMPLE(C, W, B) simple_out_t<KX, KY, C, W, B, IP, NR>(t, src, c.n, st, w, b, in, y, o, ahead)
   switch (key) {
+    case 9: return simple_out_t<KX, KY, false, true, false, IP, NR, 2>(t, src, c.n, st, w, b, in, y, o, ahead);
+    case 8: return simple_out_t<KX, KY, false, true, false, IP, NR, 1>(t, src, c.n, st, w, b, in, y, o, ahead);
     case 7: return JLN_SIMPLE(true, true, true);
     case 6: return JLN_SIMPLE(true, true, false);
     case 5: return JLN_SIMPLE(true, false, true);
@@ -649,12 +665,12 @@ inline bool pairs(const Config& c) {
   return KX == kF32 && c.center && c.n >= 4096 && c.simple();
 }
 
-// Whether the forward runs as a row pipeline (fwd_rows_piped): the other common forwards of
-// rows read in place. Half-precision rows of 2048 or fewer keep their scratch rows (piped,
+// Whether the forward runs as a row pipeline (fwd_rows_piped): the other common (fused)
+// forwards of rows read in place. Half-precision rows of 2048 or fewer keep their scratch rows (piped,
 // bfloat16 LayerNorm ran 0.76x at 256 wide and 0.92x at 1024, measured).
 template <int KX>
 inline bool piped(const Config& c) {
-  return in_place<KX>(c.n) && c.simple() && !pairs<KX>(c);
+  return in_place<KX>(c.n) && c.fused(KX) && !pairs<KX>(c);
 }
 
 // Rows r0..r1 of the forward; IP: whether the rows are read in place (in_place); NR = 2: in
@@ -695,7 +711,7 @@ void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* me
       const int64_t r = rb + k, o = r * n;
       const RowStats& s = st[k];
       const float* t = buf.data() + (IP ? 0 : k * n);
-      if (c.simple()) {
+      if (c.fused(KX)) {
         simple_out<KX, KY, IP, 1>(c, t, src, &s, c.has[kW] ? P.row(c, kW, r) : nullptr,
                                   c.has[kB] ? P.row(c, kB, r) : nullptr, in, y, o, ahead);
         continue;
@@ -720,9 +736,9 @@ void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* me
 // r + 1, whose statistics (center: the pivot and the mean about it; RMS: rstd) it returns.
 // Row r + 1's loads (from memory) and row r's stores then stream side by side, as in a copy,
 // and the two rows' arithmetic is independent, so neither waits for the other; the source
-// row after r + 1 is hinted into cache on the way. Specialized on (center, scale, bias) as
-// simple_out_t; the sums are vsum's and vsumsq's (four accumulators, the same fixed order).
-template <int KX, int KY, bool ADD, bool C, bool W, bool B>
+// row after r + 1 is hinted into cache on the way. Specialized on (center, scale, bias) and RW
+// as simple_out_t; the sums are vsum's and vsumsq's (four accumulators, the same fixed order).
+template <int KX, int KY, bool ADD, bool C, bool W, bool B, int RW = 0>
 JLN_NOINLINE RowStats out_first_t(const Config& c, const Src in, const void* src, const RowStats st,
                                   const float* w, const float* b, void* y, int64_t o) {
   const int64_t n = c.n, o2 = o + n;
@@ -732,7 +748,8 @@ JLN_NOINLINE RowStats out_first_t(const Config& c, const Src in, const void* src
     vf v = vload<KX>(src, o + j);
     if constexpr (C) v = (v - p) - m;
     v = v * rs;
-    if constexpr (W) v = v * vload<kF32>(w, j);
+    if constexpr (RW == 1) v = vround(v, KX);
+    if constexpr (W) v = RW == 2 ? v * (1.0f + vload<kF32>(w, j)) : v * vload<kF32>(w, j);
     if constexpr (B) v = v + vload<kF32>(b, j);
     vstore<KY>(y, o + j, v);
   };
@@ -740,7 +757,8 @@ JLN_NOINLINE RowStats out_first_t(const Config& c, const Src in, const void* src
     float v = load<KX>(src, o + j);
     if constexpr (C) v = (v - p) - m;
     v = v * rs;
-    if constexpr (W) v = v * w[j];
+    if constexpr (RW == 1) v = round1(v, KX);
+    if constexpr (W) v = RW == 2 ? v * (1.0f + w[j]) : v * w[j];
     if constexpr (B) v = v + b[j];
     store<KY>(y, o + j, v);
   };
@@ -787,9 +805,11 @@ JLN_NOINLINE RowStats out_first_t(const Config& c, const Src in, const void* src
 template <int KX, int KY, bool ADD>
 JLN_NOINLINE RowStats out_first(const Config& c, const Src in, const void* src, const RowStats st,
                                 const float* w, const float* b, void* y, int64_t o) {
-  const int key = (c.center ? 4 : 0) | (w ? 2 : 0) | (b ? 1 : 0);
+  const int key = c.rms_weigh() ? 7 + c.rms_weigh() : (c.center ? 4 : 0) | (w ? 2 : 0) | (b ? 1 : 0);
 #define JLN_OUT_FIRST(C, W, B) out_first_t<KX, KY, ADD, C, W, B>(c, in, src, st, w, b, y, o)
   switch (key) {
+    case 9: return out_first_t<KX, KY, ADD, false, true, false, 2>(c, in, src, st, w, b, y, o);
+    case 8: return out_first_t<KX, KY, ADD, false, true, false, 1>(c, in, src, st, w, b, y, o);
     case 7: return JLN_OUT_FIRST(true, true, true);
     case 6: return JLN_OUT_FIRST(true, true, false);
     case 5: return JLN_OUT_FIRST(true, false, true);
