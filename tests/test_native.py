@@ -280,7 +280,8 @@ def test_row_pipeline_hands_each_row_its_statistics(width: int, dt: Any) -> None
     # pairs instead): 1 to 5 rows (no row to hand on, one, several), rows whose scale and
     # offset differ a lot (statistics handed to the wrong row would show), the residual step
     # (the next row's sum s written while the current row's is read), per-example parameters
-    # (2 rows per example: the parameter row changes inside the pipeline) and scalar tails.
+    # (2 rows per example: the parameter row changes inside the pipeline) and scalar tails;
+    # llama's, t5's and gemma's RMSNorm take the same fused sweeps, forward and backward.
     # Half-precision rows up to 2048 wide take their scratch rows, not the pipeline, through
     # the same fused output sweep (100 wide, bfloat16).
     base, w, b, _ = _inputs(dt, (5, width))
@@ -317,12 +318,12 @@ def test_row_pipeline_hands_each_row_its_statistics(width: int, dt: Any) -> None
             for i, (a, c) in enumerate(zip(outs[0], outs[1], strict=True)):
                 what = f"{name} rows={rows} {width} {jnp.dtype(dt).name} output {i}"
                 _close(a, c, what, rel_ulps=32 if dt == jnp.float32 else 4)
-                if dt != jnp.float32 and i == 0:
-                    # a half-precision output is the XLA path's bit for bit but where the two
-                    # float32 statistics' summation orders round differently, which a few
-                    # ulps allow; a rounding step skipped or added would alter many elements
+                if dt != jnp.float32:
+                    # a half-precision y or dx is the XLA path's bit for bit but where the two
+                    # float32 row sums' summation orders round differently, which a few ulps
+                    # allow; a rounding step skipped or added would alter many elements
                     same = float(np.mean(np.asarray(a, np.float32) == np.asarray(c, np.float32)))
-                    assert same >= 0.99, f"{what}: only {same:.1%} of the elements equal the XLA path's"
+                    assert same >= 0.98, f"{what}: only {same:.1%} of the elements equal the XLA path's"
 
 
 def test_kernel_harness_compiles() -> None:

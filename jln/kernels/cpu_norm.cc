@@ -309,13 +309,13 @@ struct Config {
   // the parameter group of row r; one group for all rows (the usual case) needs no division
   // (per row, the divisions took about 4% of a 256-wide bfloat16 forward, measured)
   int64_t group(int k, int64_t r) const { return per[k] == rows ? 0 : r / per[k]; }
-  // no rounding steps, no modulation, no gemma: the fused backward applies (and the pairs)
+  // no rounding steps, no modulation, no gemma (the pairs apply)
   bool simple() const {
     return !round_h && !round_y && !round_b && !round_f && !round_s && !gemma && !has[kShift] && !has[kMscale];
   }
-  // the fused single-sweep forward applies (rows of dtype kx): simple, or an RMSNorm with a
-  // scale and no bias whose only extra step is rounding h to x's own precision before the
-  // scale (llama, t5) or gemma's 1 + w (see rms_weigh)
+  // the fused single-sweep forward and the fused backward apply (rows of dtype kx): simple, or
+  // an RMSNorm with a scale and no bias whose only extra step is rounding h to x's own
+  // precision before the scale (llama, t5) or gemma's 1 + w (see rms_weigh)
   bool fused(int kx) const {
     if (round_y || round_b || round_f || round_s || has[kShift] || has[kMscale]) return false;
     if (!round_h && !gemma) return true;
@@ -878,9 +878,11 @@ inline void accumulate(double* acc, const float* u, const float* v, int64_t n) {
   for (int64_t j = 0; j < n; ++j) acc[j] += double(u[j]) * double(v[j]);
 }
 
-// The common backward (no rounding steps, no modulation, no gemma): two fused sweeps per row,
-// the first for the row sums and the parameter gradients, the second writing dx.
-template <int KX, int KY>
+// The common backward (Config::fused, RW its rms_weigh): two fused sweeps per row, the first
+// for the row sums and the parameter gradients, the second writing dx. The scale's step, as
+// the general backward takes it: dw += c * round(h) and g = round(c * w) for RW = 1 (llama,
+// t5: h rounded to x's precision), dw += c * h and g = c * (1 + w) for RW = 2 (gemma).
+template <int KX, int KY, int RW>
 inline void simple_bwd(const Config& c, const void* ct, const void* x, int64_t o, float p, float m,
                        float rs, const float* w, float* __restrict__ dw, float* __restrict__ db, void* dx) {
   const int64_t n = c.n;
@@ -898,8 +900,9 @@ inline void simple_bwd(const Config& c, const void* ct, const void* x, int64_t o
     if (db) vstore<kF32>(db, j, vload<kF32>(db, j) + cv);
     vf g = cv;
     if (w) {
-      vstore<kF32>(dw, j, vload<kF32>(dw, j) + cv * h);
-      g = cv * vload<kF32>(w, j);
+      vstore<kF32>(dw, j, vload<kF32>(dw, j) + cv * (RW == 1 ? vround(h, KX) : h));
+      g = RW == 2 ? cv * (1.0f + vload<kF32>(w, j)) : cv * vload<kF32>(w, j);
+      if constexpr (RW == 1) g = vround(g, KX);
     }
     sg[a] += g;
     shg[a] += h * g;
@@ -919,8 +922,9 @@ inline void simple_bwd(const Config& c, const void* ct, const void* x, int64_t o
     if (db) db[t] += cv;
     float g = cv;
     if (w) {
-      dw[t] += cv * h;
-      g = cv * w[t];
+      dw[t] += cv * (RW == 1 ? round1(h, KX) : h);
+      g = RW == 2 ? cv * (1.0f + w[t]) : cv * w[t];
+      if constexpr (RW == 1) g = round1(g, KX);
     }
     sg_t += g;
     shg_t += h * g;
@@ -933,14 +937,16 @@ inline void simple_bwd(const Config& c, const void* ct, const void* x, int64_t o
     const vf xv = vload<KX>(x, o + j);
     const vf h = c.center ? ((xv - p) - m) * rs : xv * rs;
     vf g = vload<KY>(ct, o + j);
-    if (w) g = g * vload<kF32>(w, j);
+    if (w) g = RW == 2 ? g * (1.0f + vload<kF32>(w, j)) : g * vload<kF32>(w, j);
+    if constexpr (RW == 1) g = vround(g, KX);
     vstore<KX>(dx, o + j, rs * ((g - mg) - h * mhg));
   }
   for (; j < n; ++j) {
     const float xv = load<KX>(x, o + j);
     const float h = c.center ? ((xv - p) - m) * rs : xv * rs;
     float g = load<KY>(ct, o + j);
-    if (w) g = g * w[j];
+    if (w) g = RW == 2 ? g * (1.0f + w[j]) : g * w[j];
+    if constexpr (RW == 1) g = round1(g, KX);
     store<KX>(dx, o + j, rs * ((g - mg) - h * mhg));
   }
 }
@@ -970,7 +976,7 @@ void bwd_rows(const Config& c, const void* ct, const void* x, const Params& P, c
     const float rs = rstd[r];
     const float m = c.center ? mean[r] : 0.0f;
     const float p = c.center ? load<KX>(x, o) : 0.0f;
-    if (c.simple()) {
+    if (c.fused(KX)) {
       // float32 partial sums over the rows of one parameter group within this chunk, added
       // to the float64 totals when the group changes and at the end
       for (int k : {kW, kB}) {
@@ -979,8 +985,14 @@ void bwd_rows(const Config& c, const void* ct, const void* x, const Params& P, c
           part_group[k] = c.group(k, r);
         }
       }
-      simple_bwd<KX, KY>(c, ct, x, o, p, m, rs, c.has[kW] ? P.row(c, kW, r) : nullptr,
-                         c.has[kW] ? part[kW].data() : nullptr, c.has[kB] ? part[kB].data() : nullptr, dx);
+      const float* wr = c.has[kW] ? P.row(c, kW, r) : nullptr;
+      float* dwr = c.has[kW] ? part[kW].data() : nullptr;
+      float* dbr = c.has[kB] ? part[kB].data() : nullptr;
+      switch (c.rms_weigh()) {
+        case 1: simple_bwd<KX, KY, 1>(c, ct, x, o, p, m, rs, wr, dwr, dbr, dx); break;
+        case 2: simple_bwd<KX, KY, 2>(c, ct, x, o, p, m, rs, wr, dwr, dbr, dx); break;
+        default: simple_bwd<KX, KY, 0>(c, ct, x, o, p, m, rs, wr, dwr, dbr, dx);
+      }
       continue;
     }
     normalized<KX>(x, o, n, c.center, p, m, rs, h);
