@@ -304,11 +304,17 @@ def test_row_pipeline_hands_each_row_its_statistics(width: int, dt: Any) -> None
             lambda xi, wi, bi: jln.layer_norm(xi, wi, bi, impl=impl))(x[:4].reshape(2, 2, width), wg, bg),
         "rms_norm/per-example": lambda x, impl: jax.vmap(
             lambda xi, wi: jln.rms_norm(xi, wi, impl=impl))(x[:4].reshape(2, 2, width), wg),
+        # adaptive LayerNorm: per-example shift and scale (the modulated fused sweeps), with and
+        # without an affine step first
+        "adaptive/per-example": lambda x, impl: jln.adaptive_layer_norm(
+            x[:4].reshape(2, 2, width), jnp.concatenate([wg - 1.0, bg], -1), order="seed", impl=impl)[0],
+        "adaptive/per-example-affine": lambda x, impl: jln.adaptive_layer_norm(
+            x[:4].reshape(2, 2, width), jnp.concatenate([0.5 * bg, bg], -1), w, b, order="seed", impl=impl)[0],
     }
     for rows in (1, 2, 5):
         xr = x[:rows]
         for name, f in cases.items():
-            if "per-example" in name and rows != 5:
+            if "per-example" in name and rows != 5:  # (4 of the 5 rows, 2 examples)
                 continue
             outs = []
             for impl in ("native", "xla"):

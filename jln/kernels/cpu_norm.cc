@@ -323,11 +323,27 @@ struct Config {
   }
   // a fused RMSNorm's scale step: 0 h * w, 1 round(h) * w (llama, t5), 2 h * (1 + w) (gemma)
   int rms_weigh() const { return gemma ? 2 : round_h ? 1 : 0; }
+  // adaptive LayerNorm's modulation in the fused forward (rows of dtype kx, y of dtype ky):
+  // shift and scale, and every rounding step after the affine one to x's own precision (as an
+  // eager framework in x's dtype rounds each step), y in x's dtype
+  bool modulated(int kx, int ky) const {
+    const int rk = kx == kF32 ? 0 : kx;
+    return center && has[kShift] && has[kMscale] && !gemma && !round_h && !round_y && round_b == rk && round_f == rk &&
+           round_s == rk && ky == kx;
+  }
+  // the fused forward applies: fused, or modulated
+  bool fused_fwd(int kx, int ky) const { return fused(kx) || modulated(kx, ky); }
 };
 
 struct Params {
   const float* p[kParams];
   const float* row(const Config& c, int k, int64_t r) const { return p[k] + c.group(k, r) * c.n; }
+};
+
+// One row's parameter rows as the output sweeps take them (nullptr where absent): scale w,
+// bias b, and adaptive LayerNorm's modulation factor f and shift sh.
+struct RowParams {
+  const float *w, *b, *f, *sh;
 };
 
 template <int KX, bool ADD>
@@ -479,22 +495,27 @@ JLN_NOINLINE void stats_second(const Config& c, RowStats& st, float* __restrict_
   st.rs = 1.0f / std::sqrt(q / float(n) + c.eps);
 }
 
-// The common forward (Config::fused: no rounding steps but llama's and t5's rounding of h, no
-// modulation): one fused sweep over NR consecutive rows (in place with IP, else the scratch
+// The common forward (Config::fused_fwd: no rounding steps but llama's and t5's rounding of h
+// and adaptive LayerNorm's modulation steps): one fused sweep over NR consecutive rows (in place with IP, else the scratch
 // row `t`; NR = 2 only in place), which share their parameter rows, specialized on (center,
 // scale, bias) and RMSNorm's scale step RW (rms_weigh) so the loop carries no branches (llama's
-// bfloat16 RMSNorm through it rather than general_out: 1.22-1.46x, one EPYC core, kernel alone);
-// h = ((x - p) - m) * rstd with each row's statistics `st[k]` (p and m are
+// bfloat16 RMSNorm through it rather than general_out: 1.22-1.46x, one EPYC core, kernel alone)
+// and MOD, adaptive LayerNorm's modulation (Config::modulated: y = round(round(h) * f) + sh,
+// the last rounding left to the store; through JAX, one EPYC core: 1.11-1.31x in bfloat16, up
+// to 1.64x in float32); h = ((x - p) - m) * rstd with each row's statistics `st[k]` (p and m are
 // subtracted here for rows read in place; a scratch row holds d where holds_d, else x - p).
 // Meanwhile the rows of y `ahead` elements on are hinted for writing (`o`: the first row's
 // offset; `src`: as for stats_second). Sweeping two wide rows at once loads each parameter
 // vector once for both: the float32 parameter rows of a row 4096 or more wide outgrow L1 and
 // came from L2 for every row (measured on one EPYC core, data from memory: 1.07-1.14x at
 // 4096 and 16384 wide, float32 and bfloat16; 0.71-0.82x for float32 at 256 and 1024).
-template <int KX, int KY, bool C, bool W, bool B, bool IP, int NR, int RW = 0>
+template <int KX, int KY, bool C, bool W, bool B, bool IP, int NR, int RW = 0, bool MOD = false>
 inline void simple_out_t(const float* __restrict__ t, const void* src, int64_t n, const RowStats* st,
-                         const float* w, const float* b, const Src in, void* y, int64_t o, int64_t ahead) {
+                         const RowParams& rp, const Src in, void* y, int64_t o, int64_t ahead) {
   static_assert(NR == 1 || IP, "several rows per sweep only in place");
+  static_assert(NR == 1 || !MOD, "no modulation in pairs");
+  constexpr int RK = KX == kF32 ? 0 : KX;  // the modulation's rounding (see Config::modulated)
+  const float *w = rp.w, *b = rp.b, *f = rp.f, *sh = rp.sh;
   const bool sub_m = C && (IP || !holds_d<KX>(n));  // (p is 0 for scratch rows)
   float p[NR], m[NR], rs[NR];
   for (int k = 0; k < NR; ++k) p[k] = st[k].p, m[k] = st[k].m, rs[k] = st[k].rs;
@@ -510,6 +531,9 @@ inline void simple_out_t(const float* __restrict__ t, const void* src, int64_t n
       if constexpr (RW == 1) v = vround(v, KX);
       if constexpr (W) v = RW == 2 ? v * (1.0f + vload<kF32>(w, j)) : v * vload<kF32>(w, j);
       if constexpr (B) v = v + vload<kF32>(b, j);
+      if constexpr (MOD) {  // (round_s is the store's own: y has x's dtype)
+        v = vround(vround(v, RK) * vload<kF32>(f, j), RK) + vload<kF32>(sh, j);
+      }
       vstore<KY>(y, ok + j, v);
     }
   }
@@ -523,6 +547,7 @@ inline void simple_out_t(const float* __restrict__ t, const void* src, int64_t n
       if constexpr (RW == 1) v = round1(v, KX);
       if constexpr (W) v = RW == 2 ? v * (1.0f + w[j]) : v * w[j];
       if constexpr (B) v = v + b[j];
+      if constexpr (MOD) v = round1(round1(v, RK) * f[j], RK) + sh[j];
       store<KY>(y, ok + j, v);
     }
   }
@@ -530,12 +555,24 @@ inline void simple_out_t(const float* __restrict__ t, const void* src, int64_t n
 
 template <int KX, int KY, bool IP, int NR>
 JLN_NOINLINE void simple_out(const Config& c, const float* t, const void* src, const RowStats* st,
-                             const float* w, const float* b, const Src in, void* y, int64_t o, int64_t ahead) {
-  const int key = c.rms_weigh() ? 7 + c.rms_weigh() : (c.center ? 4 : 0) | (w ? 2 : 0) | (b ? 1 : 0);
-#define JLN_SIMPLE(C, W, B) simple_out_t<KX, KY, C, W, B, IP, NR>(t, src, c.n, st, w, b, in, y, o, ahead)
-  switch (key) {
-    case 9: return simple_out_t<KX, KY, false, true, false, IP, NR, 2>(t, src, c.n, st, w, b, in, y, o, ahead);
-    case 8: return simple_out_t<KX, KY, false, true, false, IP, NR, 1>(t, src, c.n, st, w, b, in, y, o, ahead);
+                             const RowParams& rp, const Src in, void* y, int64_t o, int64_t ahead) {
+  const int key = (c.center ? 4 : 0) | (rp.w ? 2 : 0) | (rp.b ? 1 : 0);
+  if constexpr (NR == 1) {
+    if (rp.f) {  // (modulated: LayerNorm)
+#define JLN_MOD(W, B) simple_out_t<KX, KY, true, W, B, IP, 1, 0, true>(t, src, c.n, st, rp, in, y, o, ahead)
+      switch (key & 3) {
+        case 3: return JLN_MOD(true, true);
+        case 2: return JLN_MOD(true, false);
+        case 1: return JLN_MOD(false, true);
+        default: return JLN_MOD(false, false);
+      }
+#undef JLN_MOD
+    }
+  }
+#define JLN_SIMPLE(C, W, B) simple_out_t<KX, KY, C, W, B, IP, NR>(t, src, c.n, st, rp, in, y, o, ahead)
+  switch (c.rms_weigh() ? 7 + c.rms_weigh() : key) {
+    case 9: return simple_out_t<KX, KY, false, true, false, IP, NR, 2>(t, src, c.n, st, rp, in, y, o, ahead);
+    case 8: return simple_out_t<KX, KY, false, true, false, IP, NR, 1>(t, src, c.n, st, rp, in, y, o, ahead);
     case 7: return JLN_SIMPLE(true, true, true);
     case 6: return JLN_SIMPLE(true, true, false);
     case 5: return JLN_SIMPLE(true, false, true);
@@ -668,10 +705,30 @@ inline bool pairs(const Config& c) {
 // Whether the forward runs as a row pipeline (fwd_rows_piped): the other common (fused)
 // forwards of rows read in place. Half-precision rows of 2048 or fewer keep their scratch rows (piped,
 // bfloat16 LayerNorm ran 0.76x at 256 wide and 0.92x at 1024, measured).
-template <int KX>
+template <int KX, int KY>
 inline bool piped(const Config& c) {
-  return in_place<KX>(c.n) && c.fused(KX) && !pairs<KX>(c);
+  return in_place<KX>(c.n) && c.fused_fwd(KX, KY) && !pairs<KX>(c);
 }
+
+// The parameter rows of the rows a forward sweeps, row by row; the modulation factor (see
+// factor_row) is computed into `f` once per parameter group.
+struct ParamRows {
+  std::vector<float> f;
+  int64_t f_group = -1;
+  explicit ParamRows(int64_t n) : f(static_cast<size_t>(n), 0.0f) {}
+  RowParams at(const Config& c, const Params& P, int64_t r) {
+    RowParams rp{c.has[kW] ? P.row(c, kW, r) : nullptr, c.has[kB] ? P.row(c, kB, r) : nullptr, nullptr,
+                 c.has[kShift] ? P.row(c, kShift, r) : nullptr};
+    if (c.has[kMscale]) {
+      if (c.group(kMscale, r) != f_group) {
+        f_group = c.group(kMscale, r);
+        factor_row(c, P.row(c, kMscale, r), f.data());
+      }
+      rp.f = f.data();
+    }
+    return rp;
+  }
+};
 
 // Rows r0..r1 of the forward; IP: whether the rows are read in place (in_place); NR = 2: in
 // pairs (pairs), whose rows share a parameter row (else that pair's rows are swept one by one).
@@ -682,9 +739,8 @@ void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* me
   const int64_t n = c.n;
   const int64_t R = NR == 2 ? 2 : block_rows<KX>(n), ahead = R * n;  // prefetches run one block ahead
   const void* src = ADD ? in.s : in.x;
-  std::vector<float> buf(static_cast<size_t>(IP ? 0 : R * n), 0.0f), fbuf(static_cast<size_t>(n), 0.0f);
-  float* f = fbuf.data();
-  int64_t f_group = -1;
+  std::vector<float> buf(static_cast<size_t>(IP ? 0 : R * n), 0.0f);
+  ParamRows rows(n);
   RowStats st[kMaxBlock];
   for (int64_t rb = r0; rb < r1; rb += R) {
     const int64_t k1 = std::min(R, r1 - rb);
@@ -702,8 +758,7 @@ void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* me
     }
     if constexpr (NR == 2) {
       if (k1 == 2 && c.group(kW, rb) == c.group(kW, rb + 1) && c.group(kB, rb) == c.group(kB, rb + 1)) {
-        simple_out<KX, KY, IP, 2>(c, nullptr, src, st, c.has[kW] ? P.row(c, kW, rb) : nullptr,
-                                  c.has[kB] ? P.row(c, kB, rb) : nullptr, in, y, rb * n, ahead);
+        simple_out<KX, KY, IP, 2>(c, nullptr, src, st, rows.at(c, P, rb), in, y, rb * n, ahead);
         continue;
       }
     }
@@ -711,21 +766,13 @@ void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* me
       const int64_t r = rb + k, o = r * n;
       const RowStats& s = st[k];
       const float* t = buf.data() + (IP ? 0 : k * n);
-      if (c.fused(KX)) {
-        simple_out<KX, KY, IP, 1>(c, t, src, &s, c.has[kW] ? P.row(c, kW, r) : nullptr,
-                                  c.has[kB] ? P.row(c, kB, r) : nullptr, in, y, o, ahead);
+      const RowParams rp = rows.at(c, P, r);
+      if (c.fused_fwd(KX, KY)) {
+        simple_out<KX, KY, IP, 1>(c, t, src, &s, rp, in, y, o, ahead);
         continue;
       }
       if constexpr (NR == 1) {  // (pairs are common forwards only: their build has no general sweep)
-        const float* wr = c.has[kW] ? P.row(c, kW, r) : nullptr;
-        const float* br = c.has[kB] ? P.row(c, kB, r) : nullptr;
-        const float* sr = c.has[kShift] ? P.row(c, kShift, r) : nullptr;
-        if (c.has[kMscale] && c.group(kMscale, r) != f_group) {
-          f_group = c.group(kMscale, r);
-          factor_row(c, P.row(c, kMscale, r), f);
-        }
-        general_out<KX, KY, IP>(c, t, src, s.p, s.m, s.rs, wr, br, c.has[kMscale] ? f : nullptr, sr, in, y, o,
-                                ahead);
+        general_out<KX, KY, IP>(c, t, src, s.p, s.m, s.rs, rp.w, rp.b, rp.f, rp.sh, in, y, o, ahead);
       }
     }
   }
@@ -738,9 +785,11 @@ void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* me
 // and the two rows' arithmetic is independent, so neither waits for the other; the source
 // row after r + 1 is hinted into cache on the way. Specialized on (center, scale, bias) and RW
 // as simple_out_t; the sums are vsum's and vsumsq's (four accumulators, the same fixed order).
-template <int KX, int KY, bool ADD, bool C, bool W, bool B, int RW = 0>
+template <int KX, int KY, bool ADD, bool C, bool W, bool B, int RW = 0, bool MOD = false>
 JLN_NOINLINE RowStats out_first_t(const Config& c, const Src in, const void* src, const RowStats st,
-                                  const float* w, const float* b, void* y, int64_t o) {
+                                  const RowParams& rp, void* y, int64_t o) {
+  constexpr int RK = KX == kF32 ? 0 : KX;  // the modulation's rounding (see Config::modulated)
+  const float *w = rp.w, *b = rp.b, *f = rp.f, *sh = rp.sh;
   const int64_t n = c.n, o2 = o + n;
   const float p = st.p, m = st.m, rs = st.rs;
   const float pv = C ? src1<KX, ADD>(in, o2) : 0.0f;
@@ -751,6 +800,7 @@ JLN_NOINLINE RowStats out_first_t(const Config& c, const Src in, const void* src
     if constexpr (RW == 1) v = vround(v, KX);
     if constexpr (W) v = RW == 2 ? v * (1.0f + vload<kF32>(w, j)) : v * vload<kF32>(w, j);
     if constexpr (B) v = v + vload<kF32>(b, j);
+    if constexpr (MOD) v = vround(vround(v, RK) * vload<kF32>(f, j), RK) + vload<kF32>(sh, j);
     vstore<KY>(y, o + j, v);
   };
   auto out1 = [&](int64_t j) {
@@ -760,6 +810,7 @@ JLN_NOINLINE RowStats out_first_t(const Config& c, const Src in, const void* src
     if constexpr (RW == 1) v = round1(v, KX);
     if constexpr (W) v = RW == 2 ? v * (1.0f + w[j]) : v * w[j];
     if constexpr (B) v = v + b[j];
+    if constexpr (MOD) v = round1(round1(v, RK) * f[j], RK) + sh[j];
     store<KY>(y, o + j, v);
   };
   // row r + 1's term: x - pivot (center) or x (RMS, squared by the accumulation)
@@ -804,12 +855,22 @@ JLN_NOINLINE RowStats out_first_t(const Config& c, const Src in, const void* src
 
 template <int KX, int KY, bool ADD>
 JLN_NOINLINE RowStats out_first(const Config& c, const Src in, const void* src, const RowStats st,
-                                const float* w, const float* b, void* y, int64_t o) {
-  const int key = c.rms_weigh() ? 7 + c.rms_weigh() : (c.center ? 4 : 0) | (w ? 2 : 0) | (b ? 1 : 0);
-#define JLN_OUT_FIRST(C, W, B) out_first_t<KX, KY, ADD, C, W, B>(c, in, src, st, w, b, y, o)
-  switch (key) {
-    case 9: return out_first_t<KX, KY, ADD, false, true, false, 2>(c, in, src, st, w, b, y, o);
-    case 8: return out_first_t<KX, KY, ADD, false, true, false, 1>(c, in, src, st, w, b, y, o);
+                                const RowParams& rp, void* y, int64_t o) {
+  const int key = (c.center ? 4 : 0) | (rp.w ? 2 : 0) | (rp.b ? 1 : 0);
+  if (rp.f) {  // (modulated: LayerNorm)
+#define JLN_OUT_MOD(W, B) out_first_t<KX, KY, ADD, true, W, B, 0, true>(c, in, src, st, rp, y, o)
+    switch (key & 3) {
+      case 3: return JLN_OUT_MOD(true, true);
+      case 2: return JLN_OUT_MOD(true, false);
+      case 1: return JLN_OUT_MOD(false, true);
+      default: return JLN_OUT_MOD(false, false);
+    }
+#undef JLN_OUT_MOD
+  }
+#define JLN_OUT_FIRST(C, W, B) out_first_t<KX, KY, ADD, C, W, B>(c, in, src, st, rp, y, o)
+  switch (c.rms_weigh() ? 7 + c.rms_weigh() : key) {
+    case 9: return out_first_t<KX, KY, ADD, false, true, false, 2>(c, in, src, st, rp, y, o);
+    case 8: return out_first_t<KX, KY, ADD, false, true, false, 1>(c, in, src, st, rp, y, o);
     case 7: return JLN_OUT_FIRST(true, true, true);
     case 6: return JLN_OUT_FIRST(true, true, false);
     case 5: return JLN_OUT_FIRST(true, false, true);
@@ -833,19 +894,19 @@ void fwd_rows_piped(const Config& c, const Src in, const Params& P, void* y, flo
                     int64_t r0, int64_t r1) {
   const int64_t n = c.n;
   const void* src = ADD ? in.s : in.x;
+  ParamRows rows(n);
   RowStats st = stats_first<KX, ADD, true>(c, in, r0 * n, nullptr, n);
   if (c.center) stats_second<KX, true>(c, st, nullptr, src, r0 * n);
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * n;
-    const float* w = c.has[kW] ? P.row(c, kW, r) : nullptr;
-    const float* b = c.has[kB] ? P.row(c, kB, r) : nullptr;
+    const RowParams rp = rows.at(c, P, r);
     mean[r] = st.m;
     rstd_out[r] = st.rs;
     if (r + 1 == r1) {
-      simple_out<KX, KY, true, 1>(c, nullptr, src, &st, w, b, in, y, o, n);
+      simple_out<KX, KY, true, 1>(c, nullptr, src, &st, rp, in, y, o, n);
       break;
     }
-    st = out_first<KX, KY, ADD>(c, in, src, st, w, b, y, o);
+    st = out_first<KX, KY, ADD>(c, in, src, st, rp, y, o);
     if (c.center) stats_second<KX, true>(c, st, nullptr, src, o + n);
   }
 }
@@ -855,7 +916,7 @@ void fwd_rows_piped(const Config& c, const Src in, const Params& P, void* y, flo
 template <int KX, int KY, bool ADD>
 void fwd_rows_any(const Config& c, const Src in, const Params& P, void* y, float* mean, float* rstd,
                   int64_t r0, int64_t r1) {
-  if (piped<KX>(c)) {
+  if (piped<KX, KY>(c)) {
     fwd_rows_piped<KX, KY, ADD>(c, in, P, y, mean, rstd, r0, r1);
   } else if (pairs<KX>(c)) {
     fwd_rows<KX, KY, ADD, true, 2>(c, in, P, y, mean, rstd, r0, r1);
