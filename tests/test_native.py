@@ -270,6 +270,14 @@ def test_wide_rows_in_pairs(width: int, dt: Any) -> None:
             _close(a, c, f"{name} {width} {jnp.dtype(dt).name} {what}", rel_ulps=32 if dt == jnp.float32 else 4)
 
 
+def _cond(x: Array, scale: Array, shift: Array) -> Array:
+    """An adaptive LayerNorm condition [2, 2N] (scale, shift) for x[:4] as 2 examples of 2 rows,
+    depending on x."""
+    x4 = x[:4].reshape(2, 2, -1).astype(jnp.float32)
+    scale, shift = scale.astype(jnp.float32), shift.astype(jnp.float32)
+    return jnp.concatenate([scale + 0.1 * jnp.sin(x4[:, 0]), shift + 0.1 * jnp.cos(x4[:, 1])], -1).astype(x.dtype)
+
+
 @pytest.mark.parametrize(("width", "dt"), [(16, jnp.float32), (100, jnp.float32), (1024, jnp.float32),
                                            (4100, jnp.float32), (4100, jnp.bfloat16), (4100, jnp.float16),
                                            (100, jnp.bfloat16)],
@@ -305,11 +313,12 @@ def test_row_pipeline_hands_each_row_its_statistics(width: int, dt: Any) -> None
         "rms_norm/per-example": lambda x, impl: jax.vmap(
             lambda xi, wi: jln.rms_norm(xi, wi, impl=impl))(x[:4].reshape(2, 2, width), wg),
         # adaptive LayerNorm: per-example shift and scale (the modulated fused sweeps), with and
-        # without an affine step first
+        # without an affine step first; the condition is made from x, so dx carries the
+        # gradients of the shift and the scale too
         "adaptive/per-example": lambda x, impl: jln.adaptive_layer_norm(
-            x[:4].reshape(2, 2, width), jnp.concatenate([wg - 1.0, bg], -1), order="seed", impl=impl)[0],
+            x[:4].reshape(2, 2, width), _cond(x, wg - 1.0, bg), order="seed", impl=impl)[0],
         "adaptive/per-example-affine": lambda x, impl: jln.adaptive_layer_norm(
-            x[:4].reshape(2, 2, width), jnp.concatenate([0.5 * bg, bg], -1), w, b, order="seed", impl=impl)[0],
+            x[:4].reshape(2, 2, width), _cond(x, 0.5 * bg, bg), w, b, order="seed", impl=impl)[0],
     }
     for rows in (1, 2, 5):
         xr = x[:rows]

@@ -942,10 +942,16 @@ inline void accumulate(double* acc, const float* u, const float* v, int64_t n) {
 // The common backward (Config::fused, RW its rms_weigh): two fused sweeps per row, the first
 // for the row sums and the parameter gradients, the second writing dx. The scale's step, as
 // the general backward takes it: dw += c * round(h) and g = round(c * w) for RW = 1 (llama,
-// t5: h rounded to x's precision), dw += c * h and g = c * (1 + w) for RW = 2 (gemma).
-template <int KX, int KY, int RW>
+// t5: h rounded to x's precision), dw += c * h and g = c * (1 + w) for RW = 2 (gemma). MOD:
+// adaptive LayerNorm's modulation (Config::modulated; its roundings of c to y's own dtype
+// change nothing): dshift += c, dmscale += c * yb (yb = round(h * w + b), the forward's value
+// before the modulation), then c = round(c * f) goes on as the cotangent of yb.
+template <int KX, int KY, int RW, bool MOD = false>
 inline void simple_bwd(const Config& c, const void* ct, const void* x, int64_t o, float p, float m,
-                       float rs, const float* w, float* __restrict__ dw, float* __restrict__ db, void* dx) {
+                       float rs, const float* w, float* __restrict__ dw, float* __restrict__ db, void* dx,
+                       const float* b = nullptr, const float* f = nullptr, float* __restrict__ dsh = nullptr,
+                       float* __restrict__ dms = nullptr) {
+  constexpr int RK = KX == kF32 ? 0 : KX;  // the modulation's rounding
   const int64_t n = c.n;
   const float fn = float(n);
   // the row sums in four independent accumulator pairs (one pair chains an addition's latency
@@ -957,7 +963,14 @@ inline void simple_bwd(const Config& c, const void* ct, const void* x, int64_t o
     prefetch<KY, false>(ct, o + n + j);
     const vf xv = vload<KX>(x, o + j);
     const vf h = c.center ? ((xv - p) - m) * rs : xv * rs;
-    const vf cv = vload<KY>(ct, o + j);
+    vf cv = vload<KY>(ct, o + j);
+    if constexpr (MOD) {
+      vstore<kF32>(dsh, j, vload<kF32>(dsh, j) + cv);
+      vf yb = w ? h * vload<kF32>(w, j) : h;
+      if (b) yb = yb + vload<kF32>(b, j);
+      vstore<kF32>(dms, j, vload<kF32>(dms, j) + cv * vround(yb, RK));
+      cv = vround(cv * vload<kF32>(f, j), RK);
+    }
     if (db) vstore<kF32>(db, j, vload<kF32>(db, j) + cv);
     vf g = cv;
     if (w) {
@@ -979,7 +992,14 @@ inline void simple_bwd(const Config& c, const void* ct, const void* x, int64_t o
   for (int64_t t = j; t < n; ++t) {
     const float xv = load<KX>(x, o + t);
     const float h = c.center ? ((xv - p) - m) * rs : xv * rs;
-    const float cv = load<KY>(ct, o + t);
+    float cv = load<KY>(ct, o + t);
+    if constexpr (MOD) {
+      dsh[t] += cv;
+      float yb = w ? h * w[t] : h;
+      if (b) yb = yb + b[t];
+      dms[t] += cv * round1(yb, RK);
+      cv = round1(cv * f[t], RK);
+    }
     if (db) db[t] += cv;
     float g = cv;
     if (w) {
@@ -998,6 +1018,7 @@ inline void simple_bwd(const Config& c, const void* ct, const void* x, int64_t o
     const vf xv = vload<KX>(x, o + j);
     const vf h = c.center ? ((xv - p) - m) * rs : xv * rs;
     vf g = vload<KY>(ct, o + j);
+    if constexpr (MOD) g = vround(g * vload<kF32>(f, j), RK);
     if (w) g = RW == 2 ? g * (1.0f + vload<kF32>(w, j)) : g * vload<kF32>(w, j);
     if constexpr (RW == 1) g = vround(g, KX);
     vstore<KX>(dx, o + j, rs * ((g - mg) - h * mhg));
@@ -1006,6 +1027,7 @@ inline void simple_bwd(const Config& c, const void* ct, const void* x, int64_t o
     const float xv = load<KX>(x, o + j);
     const float h = c.center ? ((xv - p) - m) * rs : xv * rs;
     float g = load<KY>(ct, o + j);
+    if constexpr (MOD) g = round1(g * f[j], RK);
     if (w) g = RW == 2 ? g * (1.0f + w[j]) : g * w[j];
     if constexpr (RW == 1) g = round1(g, KX);
     store<KX>(dx, o + j, rs * ((g - mg) - h * mhg));
@@ -1021,8 +1043,12 @@ void bwd_rows(const Config& c, const void* ct, const void* x, const Params& P, c
   float *g = gbuf.data(), *h = hbuf.data(), *t = tbuf.data(), *f = fbuf.data();
   int64_t f_group = -1;
   auto grad_row = [&](int k, int64_t r) { return gr->d[k].data() + c.group(k, r) * n; };
-  std::vector<float> part[2] = {std::vector<float>(c.has[kW] ? n : 0, 0.0f), std::vector<float>(c.has[kB] ? n : 0, 0.0f)};
-  int64_t part_group[2] = {-1, -1};
+  std::vector<float> part[kParams];
+  int64_t part_group[kParams];
+  for (int k = 0; k < kParams; ++k) {
+    part[k].assign(static_cast<size_t>(c.has[k] ? n : 0), 0.0f);
+    part_group[k] = -1;
+  }
   auto flush = [&](int k) {
     if (part_group[k] < 0) return;
     double* acc = gr->d[k].data() + part_group[k] * n;
@@ -1037,10 +1063,11 @@ void bwd_rows(const Config& c, const void* ct, const void* x, const Params& P, c
     const float rs = rstd[r];
     const float m = c.center ? mean[r] : 0.0f;
     const float p = c.center ? load<KX>(x, o) : 0.0f;
-    if (c.fused(KX)) {
+    const bool mod = c.modulated(KX, KY);
+    if (c.fused(KX) || mod) {
       // float32 partial sums over the rows of one parameter group within this chunk, added
       // to the float64 totals when the group changes and at the end
-      for (int k : {kW, kB}) {
+      for (int k = 0; k < kParams; ++k) {
         if (c.has[k] && c.group(k, r) != part_group[k]) {
           flush(k);
           part_group[k] = c.group(k, r);
@@ -1049,6 +1076,15 @@ void bwd_rows(const Config& c, const void* ct, const void* x, const Params& P, c
       const float* wr = c.has[kW] ? P.row(c, kW, r) : nullptr;
       float* dwr = c.has[kW] ? part[kW].data() : nullptr;
       float* dbr = c.has[kB] ? part[kB].data() : nullptr;
+      if (mod) {
+        if (c.group(kMscale, r) != f_group) {
+          f_group = c.group(kMscale, r);
+          factor_row(c, P.row(c, kMscale, r), f);
+        }
+        simple_bwd<KX, KY, 0, true>(c, ct, x, o, p, m, rs, wr, dwr, dbr, dx, c.has[kB] ? P.row(c, kB, r) : nullptr,
+                                    f, part[kShift].data(), part[kMscale].data());
+        continue;
+      }
       switch (c.rms_weigh()) {
         case 1: simple_bwd<KX, KY, 1>(c, ct, x, o, p, m, rs, wr, dwr, dbr, dx); break;
         case 2: simple_bwd<KX, KY, 2>(c, ct, x, o, p, m, rs, wr, dwr, dbr, dx); break;
@@ -1094,8 +1130,7 @@ void bwd_rows(const Config& c, const void* ct, const void* x, const Params& P, c
     for (int64_t j = 0; j < n; ++j) g[j] = rs * ((g[j] - sg) - h[j] * shg);
     store_row<KX>(dx, o, g, n);
   }
-  flush(kW);
-  flush(kB);
+  for (int k = 0; k < kParams; ++k) flush(k);
 }
 
 // Runs body(r0, r1, slot) over row chunks on XLA's intra-op thread pool (the caller works
