@@ -703,11 +703,13 @@ inline bool pairs(const Config& c) {
 }
 
 // Whether the forward runs as a row pipeline (fwd_rows_piped): the other common (fused)
-// forwards of rows read in place. Half-precision rows of 2048 or fewer keep their scratch rows (piped,
-// bfloat16 LayerNorm ran 0.76x at 256 wide and 0.92x at 1024, measured).
+// forwards of rows read in place, and of half-precision rows in scratch rows that run one at a
+// time (1024 to 2048 wide: bfloat16 LayerNorm 1.17-1.19x, RMSNorm 1.08-1.16x, one EPYC core,
+// data from memory). Shorter half rows keep their blocks (piped in scratch rows, bfloat16
+// LayerNorm at 256 wide ran 0.89-0.95x; read in place, 0.76x).
 template <int KX, int KY>
 inline bool piped(const Config& c) {
-  return in_place<KX>(c.n) && c.fused_fwd(KX, KY) && !pairs<KX>(c);
+  return (in_place<KX>(c.n) || block_rows<KX>(c.n) == 1) && c.fused_fwd(KX, KY) && !pairs<KX>(c);
 }
 
 // The parameter rows of the rows a forward sweeps, row by row; the modulation factor (see
@@ -785,17 +787,20 @@ void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* me
 // and the two rows' arithmetic is independent, so neither waits for the other; the source
 // row after r + 1 is hinted into cache on the way. Specialized on (center, scale, bias) and RW
 // as simple_out_t; the sums are vsum's and vsumsq's (four accumulators, the same fixed order).
-template <int KX, int KY, bool ADD, bool C, bool W, bool B, int RW = 0, bool MOD = false>
+template <int KX, int KY, bool ADD, bool IP, bool C, bool W, bool B, int RW = 0, bool MOD = false>
 JLN_NOINLINE RowStats out_first_t(const Config& c, const Src in, const void* src, const RowStats st,
-                                  const RowParams& rp, void* y, int64_t o) {
+                                  const RowParams& rp, void* y, int64_t o, const float* __restrict__ t,
+                                  float* __restrict__ t2) {
   constexpr int RK = KX == kF32 ? 0 : KX;  // the modulation's rounding (see Config::modulated)
   const float *w = rp.w, *b = rp.b, *f = rp.f, *sh = rp.sh;
   const int64_t n = c.n, o2 = o + n;
+  const bool sub_m = C && (IP || !holds_d<KX>(n));  // (p is 0 for scratch rows)
   const float p = st.p, m = st.m, rs = st.rs;
   const float pv = C ? src1<KX, ADD>(in, o2) : 0.0f;
   auto out = [&](int64_t j) {
-    vf v = vload<KX>(src, o + j);
-    if constexpr (C) v = (v - p) - m;
+    vf v = row_vec<KX, IP>(t, src, o, j);
+    if constexpr (C && IP) v = v - p;
+    if (sub_m) v = v - m;
     v = v * rs;
     if constexpr (RW == 1) v = vround(v, KX);
     if constexpr (W) v = RW == 2 ? v * (1.0f + vload<kF32>(w, j)) : v * vload<kF32>(w, j);
@@ -804,8 +809,9 @@ JLN_NOINLINE RowStats out_first_t(const Config& c, const Src in, const void* src
     vstore<KY>(y, o + j, v);
   };
   auto out1 = [&](int64_t j) {
-    float v = load<KX>(src, o + j);
-    if constexpr (C) v = (v - p) - m;
+    float v = row_1<KX, IP>(t, src, o, j);
+    if constexpr (C && IP) v = v - p;
+    if (sub_m) v = v - m;
     v = v * rs;
     if constexpr (RW == 1) v = round1(v, KX);
     if constexpr (W) v = RW == 2 ? v * (1.0f + w[j]) : v * w[j];
@@ -813,11 +819,14 @@ JLN_NOINLINE RowStats out_first_t(const Config& c, const Src in, const void* src
     if constexpr (MOD) v = round1(round1(v, RK) * f[j], RK) + sh[j];
     store<KY>(y, o + j, v);
   };
-  // row r + 1's term: x - pivot (center) or x (RMS, squared by the accumulation)
+  // row r + 1's term: x - pivot (center) or x (RMS, squared by the accumulation), also kept
+  // in row r + 1's scratch row t2 (!IP)
   auto next = [&](int64_t j) {
     prefetch_src<KX>(in, o2 + n + j);
     const vf v = vsrc<KX, ADD>(in, o2 + j);
-    return C ? vf(v - pv) : v;
+    const vf d = C ? vf(v - pv) : v;
+    if constexpr (!IP) std::memcpy(t2 + j, &d, sizeof(d));
+    return d;
   };
   auto acc = [](vf& a, vf d) { a = C ? a + d : vfma(d, d, a); };
   vf a0 = {}, a1 = {}, a2 = {}, a3 = {};
@@ -836,16 +845,18 @@ JLN_NOINLINE RowStats out_first_t(const Config& c, const Src in, const void* src
     acc(a0, next(j));
     out(j);
   }
-  float t = 0;
+  float tail = 0;
   for (; j < n; ++j) {
     const float v = src1<KX, ADD>(in, o2 + j);
-    t += C ? v - pv : v * v;
+    const float d = C ? v - pv : v;
+    if constexpr (!IP) t2[j] = d;
+    tail += C ? d : d * d;
     out1(j);
   }
-  const float sum = hsum((a0 + a1) + (a2 + a3)) + t;
+  const float sum = hsum((a0 + a1) + (a2 + a3)) + tail;
   RowStats next_st{0.0f, 0.0f, 0.0f};
   if constexpr (C) {
-    next_st.p = pv;
+    next_st.p = IP ? pv : 0.0f;  // (a scratch row holds x - p)
     next_st.m = sum / float(n);
   } else {
     next_st.rs = 1.0f / std::sqrt(sum / float(n) + c.eps);
@@ -853,12 +864,12 @@ JLN_NOINLINE RowStats out_first_t(const Config& c, const Src in, const void* src
   return next_st;
 }
 
-template <int KX, int KY, bool ADD>
+template <int KX, int KY, bool ADD, bool IP>
 JLN_NOINLINE RowStats out_first(const Config& c, const Src in, const void* src, const RowStats st,
-                                const RowParams& rp, void* y, int64_t o) {
+                                const RowParams& rp, void* y, int64_t o, const float* t, float* t2) {
   const int key = (c.center ? 4 : 0) | (rp.w ? 2 : 0) | (rp.b ? 1 : 0);
   if (rp.f) {  // (modulated: LayerNorm)
-#define JLN_OUT_MOD(W, B) out_first_t<KX, KY, ADD, true, W, B, 0, true>(c, in, src, st, rp, y, o)
+#define JLN_OUT_MOD(W, B) out_first_t<KX, KY, ADD, IP, true, W, B, 0, true>(c, in, src, st, rp, y, o, t, t2)
     switch (key & 3) {
       case 3: return JLN_OUT_MOD(true, true);
       case 2: return JLN_OUT_MOD(true, false);
@@ -867,10 +878,10 @@ JLN_NOINLINE RowStats out_first(const Config& c, const Src in, const void* src, 
     }
 #undef JLN_OUT_MOD
   }
-#define JLN_OUT_FIRST(C, W, B) out_first_t<KX, KY, ADD, C, W, B>(c, in, src, st, rp, y, o)
+#define JLN_OUT_FIRST(C, W, B) out_first_t<KX, KY, ADD, IP, C, W, B>(c, in, src, st, rp, y, o, t, t2)
   switch (c.rms_weigh() ? 7 + c.rms_weigh() : key) {
-    case 9: return out_first_t<KX, KY, ADD, false, true, false, 2>(c, in, src, st, rp, y, o);
-    case 8: return out_first_t<KX, KY, ADD, false, true, false, 1>(c, in, src, st, rp, y, o);
+    case 9: return out_first_t<KX, KY, ADD, IP, false, true, false, 2>(c, in, src, st, rp, y, o, t, t2);
+    case 8: return out_first_t<KX, KY, ADD, IP, false, true, false, 1>(c, in, src, st, rp, y, o, t, t2);
     case 7: return JLN_OUT_FIRST(true, true, true);
     case 6: return JLN_OUT_FIRST(true, true, false);
     case 5: return JLN_OUT_FIRST(true, false, true);
@@ -883,31 +894,37 @@ JLN_NOINLINE RowStats out_first(const Config& c, const Src in, const void* src, 
 #undef JLN_OUT_FIRST
 }
 
-// Rows r0..r1 of a common forward read in place, as a pipeline (see piped): row r's output
-// sweep carries row r + 1's first pass (out_first), then row r + 1's second pass (center)
-// completes its statistics. The row before the first has none to carry, the last none to
+// Rows r0..r1 of a common forward, as a pipeline (see piped), read in place (IP) or from two
+// float32 scratch rows taken in turns (the one row r's output sweep reads, the one row r + 1's
+// first pass fills): row r's output sweep carries row r + 1's first pass (out_first), then row
+// r + 1's second pass (center) completes its statistics. The row before the first has none to carry, the last none to
 // hand on. Measured against one row at a time (pairs from 4096 wide), one EPYC core, data
 // from memory: float32 LayerNorm 1.17-1.28x at 256 wide, 1.05-1.35x at 1024; bfloat16 from
 // 4096 wide: LayerNorm 1.08-1.18x, RMSNorm 1.27-1.37x; float32 RMSNorm 0.9-1.1x.
-template <int KX, int KY, bool ADD>
+template <int KX, int KY, bool ADD, bool IP>
 void fwd_rows_piped(const Config& c, const Src in, const Params& P, void* y, float* mean, float* rstd_out,
                     int64_t r0, int64_t r1) {
   const int64_t n = c.n;
   const void* src = ADD ? in.s : in.x;
   ParamRows rows(n);
-  RowStats st = stats_first<KX, ADD, true>(c, in, r0 * n, nullptr, n);
-  if (c.center) stats_second<KX, true>(c, st, nullptr, src, r0 * n);
+  // scratch rows (!IP): one for the row being written, one for the row being read
+  std::vector<float> buf(static_cast<size_t>(IP ? 0 : 2 * n), 0.0f);
+  float* tb[2] = {IP ? nullptr : buf.data(), IP ? nullptr : buf.data() + n};
+  RowStats st = stats_first<KX, ADD, IP>(c, in, r0 * n, tb[0], n);
+  if (c.center) stats_second<KX, IP>(c, st, tb[0], src, r0 * n);
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * n;
+    float* cur = tb[(r - r0) & 1];
+    float* nxt = tb[(r - r0 + 1) & 1];
     const RowParams rp = rows.at(c, P, r);
     mean[r] = st.m;
     rstd_out[r] = st.rs;
     if (r + 1 == r1) {
-      simple_out<KX, KY, true, 1>(c, nullptr, src, &st, rp, in, y, o, n);
+      simple_out<KX, KY, IP, 1>(c, cur, src, &st, rp, in, y, o, n);
       break;
     }
-    st = out_first<KX, KY, ADD>(c, in, src, st, rp, y, o);
-    if (c.center) stats_second<KX, true>(c, st, nullptr, src, o + n);
+    st = out_first<KX, KY, ADD, IP>(c, in, src, st, rp, y, o, cur, nxt);
+    if (c.center) stats_second<KX, IP>(c, st, nxt, src, o + n);
   }
 }
 
@@ -917,7 +934,11 @@ template <int KX, int KY, bool ADD>
 void fwd_rows_any(const Config& c, const Src in, const Params& P, void* y, float* mean, float* rstd,
                   int64_t r0, int64_t r1) {
   if (piped<KX, KY>(c)) {
-    fwd_rows_piped<KX, KY, ADD>(c, in, P, y, mean, rstd, r0, r1);
+    if (in_place<KX>(c.n)) {
+      fwd_rows_piped<KX, KY, ADD, true>(c, in, P, y, mean, rstd, r0, r1);
+    } else if constexpr (KX != kF32) {  // (no scratch-row build for float32)
+      fwd_rows_piped<KX, KY, ADD, false>(c, in, P, y, mean, rstd, r0, r1);
+    }
   } else if (pairs<KX>(c)) {
     fwd_rows<KX, KY, ADD, true, 2>(c, in, P, y, mean, rstd, r0, r1);
   } else if (KX == kF32 || in_place<KX>(c.n)) {
