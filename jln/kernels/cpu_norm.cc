@@ -907,9 +907,11 @@ void fwd_rows_piped(const Config& c, const Src in, const Params& P, void* y, flo
   const int64_t n = c.n;
   const void* src = ADD ? in.s : in.x;
   ParamRows rows(n);
-  // scratch rows (!IP): one for the row being written, one for the row being read
-  std::vector<float> buf(static_cast<size_t>(IP ? 0 : 2 * n), 0.0f);
-  float* tb[2] = {IP ? nullptr : buf.data(), IP ? nullptr : buf.data() + n};
+  // scratch rows (!IP): one for the row being written, one for the row being read; the second
+  // starts 80 floats further on, so that the two rows' same elements never lie a multiple of
+  // 4 KiB apart (the sweep loads one row while it stores the other)
+  std::vector<float> buf(static_cast<size_t>(IP ? 0 : 2 * n + 80), 0.0f);
+  float* tb[2] = {IP ? nullptr : buf.data(), IP ? nullptr : buf.data() + n + 80};
   RowStats st = stats_first<KX, ADD, IP>(c, in, r0 * n, tb[0], n);
   if (c.center) stats_second<KX, IP>(c, st, tb[0], src, r0 * n);
   for (int64_t r = r0; r < r1; ++r) {
