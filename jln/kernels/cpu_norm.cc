@@ -40,6 +40,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX512F__)
@@ -495,6 +496,35 @@ JLN_NOINLINE void stats_second(const Config& c, RowStats& st, float* __restrict_
   st.rs = 1.0f / std::sqrt(q / float(n) + c.eps);
 }
 
+// A parameter row's element(s) at column j, and a rounding step, for 16 lanes (vf) or one
+// element (float) alike.
+template <typename T>
+inline T param_at(const float* p, int64_t j) {
+  if constexpr (std::is_same_v<T, vf>) {
+    return vload<kF32>(p, j);
+  } else {
+    return p[j];
+  }
+}
+inline vf round_to(vf v, int k) { return vround(v, k); }
+inline float round_to(float v, int k) { return round1(v, k); }
+
+// The fused sweeps' output step at column j for 16 lanes (vf) or one element (float): from the
+// row's value as the sweep centers it (v: (x - p) - m, or x for RMSNorm) to y before its store.
+// h = v * rstd; llama's and t5's rounding of h (RW = 1); the scale (w, or gemma's 1 + w for
+// RW = 2); the bias; adaptive LayerNorm's modulation (MOD: round(round(.) * f) + shift, whose
+// last rounding is the store's own, y having x's dtype; see Config::modulated).
+template <int KX, bool W, bool B, int RW, bool MOD, typename T>
+inline T fused_out(T v, float rs, const RowParams rp, int64_t j) {  // (rp by value: no reloads)
+  constexpr int RK = KX == kF32 ? 0 : KX;
+  v = v * rs;
+  if constexpr (RW == 1) v = round_to(v, KX);
+  if constexpr (W) v = RW == 2 ? v * (1.0f + param_at<T>(rp.w, j)) : v * param_at<T>(rp.w, j);
+  if constexpr (B) v = v + param_at<T>(rp.b, j);
+  if constexpr (MOD) v = round_to(round_to(v, RK) * param_at<T>(rp.f, j), RK) + param_at<T>(rp.sh, j);
+  return v;
+}
+
 // The common forward (Config::fused_fwd: no rounding steps but llama's and t5's rounding of h
 // and adaptive LayerNorm's modulation steps): one fused sweep over NR consecutive rows (in place with IP, else the scratch
 // row `t`; NR = 2 only in place), which share their parameter rows, specialized on (center,
@@ -514,8 +544,7 @@ inline void simple_out_t(const float* __restrict__ t, const void* src, int64_t n
                          const RowParams& rp, const Src in, void* y, int64_t o, int64_t ahead) {
   static_assert(NR == 1 || IP, "several rows per sweep only in place");
   static_assert(NR == 1 || !MOD, "no modulation in pairs");
-  constexpr int RK = KX == kF32 ? 0 : KX;  // the modulation's rounding (see Config::modulated)
-  const float *w = rp.w, *b = rp.b, *f = rp.f, *sh = rp.sh;
+  const RowParams q = rp;  // (a local copy: the stores to y cannot change it)
   const bool sub_m = C && (IP || !holds_d<KX>(n));  // (p is 0 for scratch rows)
   float p[NR], m[NR], rs[NR];
   for (int k = 0; k < NR; ++k) p[k] = st[k].p, m[k] = st[k].m, rs[k] = st[k].rs;
@@ -527,14 +556,7 @@ inline void simple_out_t(const float* __restrict__ t, const void* src, int64_t n
       vf v = row_vec<KX, IP>(t, src, ok, j);
       if constexpr (C && IP) v = v - p[k];
       if (sub_m) v = v - m[k];
-      v = v * rs[k];
-      if constexpr (RW == 1) v = vround(v, KX);
-      if constexpr (W) v = RW == 2 ? v * (1.0f + vload<kF32>(w, j)) : v * vload<kF32>(w, j);
-      if constexpr (B) v = v + vload<kF32>(b, j);
-      if constexpr (MOD) {  // (round_s is the store's own: y has x's dtype)
-        v = vround(vround(v, RK) * vload<kF32>(f, j), RK) + vload<kF32>(sh, j);
-      }
-      vstore<KY>(y, ok + j, v);
+      vstore<KY>(y, ok + j, fused_out<KX, W, B, RW, MOD>(v, rs[k], q, j));
     }
   }
   for (; j < n; ++j) {
@@ -543,12 +565,7 @@ inline void simple_out_t(const float* __restrict__ t, const void* src, int64_t n
       float v = row_1<KX, IP>(t, src, ok, j);
       if constexpr (C && IP) v = v - p[k];
       if (sub_m) v = v - m[k];
-      v = v * rs[k];
-      if constexpr (RW == 1) v = round1(v, KX);
-      if constexpr (W) v = RW == 2 ? v * (1.0f + w[j]) : v * w[j];
-      if constexpr (B) v = v + b[j];
-      if constexpr (MOD) v = round1(round1(v, RK) * f[j], RK) + sh[j];
-      store<KY>(y, ok + j, v);
+      store<KY>(y, ok + j, fused_out<KX, W, B, RW, MOD>(v, rs[k], q, j));
     }
   }
 }
@@ -791,9 +808,8 @@ template <int KX, int KY, bool ADD, bool IP, bool C, bool W, bool B, int RW = 0,
 JLN_NOINLINE RowStats out_first_t(const Config& c, const Src in, const void* src, const RowStats st,
                                   const RowParams& rp, void* y, int64_t o, const float* __restrict__ t,
                                   float* __restrict__ t2) {
-  constexpr int RK = KX == kF32 ? 0 : KX;  // the modulation's rounding (see Config::modulated)
-  const float *w = rp.w, *b = rp.b, *f = rp.f, *sh = rp.sh;
   const int64_t n = c.n, o2 = o + n;
+  const RowParams q = rp;  // (a local copy: the stores to y cannot change it)
   const bool sub_m = C && (IP || !holds_d<KX>(n));  // (p is 0 for scratch rows)
   const float p = st.p, m = st.m, rs = st.rs;
   const float pv = C ? src1<KX, ADD>(in, o2) : 0.0f;
@@ -801,23 +817,13 @@ JLN_NOINLINE RowStats out_first_t(const Config& c, const Src in, const void* src
     vf v = row_vec<KX, IP>(t, src, o, j);
     if constexpr (C && IP) v = v - p;
     if (sub_m) v = v - m;
-    v = v * rs;
-    if constexpr (RW == 1) v = vround(v, KX);
-    if constexpr (W) v = RW == 2 ? v * (1.0f + vload<kF32>(w, j)) : v * vload<kF32>(w, j);
-    if constexpr (B) v = v + vload<kF32>(b, j);
-    if constexpr (MOD) v = vround(vround(v, RK) * vload<kF32>(f, j), RK) + vload<kF32>(sh, j);
-    vstore<KY>(y, o + j, v);
+    vstore<KY>(y, o + j, fused_out<KX, W, B, RW, MOD>(v, rs, q, j));
   };
   auto out1 = [&](int64_t j) {
     float v = row_1<KX, IP>(t, src, o, j);
     if constexpr (C && IP) v = v - p;
     if (sub_m) v = v - m;
-    v = v * rs;
-    if constexpr (RW == 1) v = round1(v, KX);
-    if constexpr (W) v = RW == 2 ? v * (1.0f + w[j]) : v * w[j];
-    if constexpr (B) v = v + b[j];
-    if constexpr (MOD) v = round1(round1(v, RK) * f[j], RK) + sh[j];
-    store<KY>(y, o + j, v);
+    store<KY>(y, o + j, fused_out<KX, W, B, RW, MOD>(v, rs, q, j));
   };
   // row r + 1's term: x - pivot (center) or x (RMS, squared by the accumulation), also kept
   // in row r + 1's scratch row t2 (!IP)
