@@ -525,16 +525,6 @@ inline T fused_out(T v, float rs, const RowParams rp, int64_t j) {  // (rp by va
   return v;
 }
 
-// Which fused output step a row takes (Config::fused_fwd): 0-7 the plain LayerNorm/RMSNorm
-// step by (center, scale, bias) bits, 8 and 9 RMSNorm's scale step RW = 1 and 2 (rms_weigh),
-// 10-13 adaptive LayerNorm's modulation by (scale, bias) bits. simple_out and out_first
-// dispatch on it to their specializations.
-inline int out_key(const Config& c, const RowParams& rp) {
-  const int key = (c.center ? 4 : 0) | (rp.w ? 2 : 0) | (rp.b ? 1 : 0);
-  if (rp.f) return 10 + (key & 3);
-  return c.rms_weigh() ? 7 + c.rms_weigh() : key;
-}
-
 // The common forward (Config::fused_fwd: no rounding steps but llama's and t5's rounding of h
 // and adaptive LayerNorm's modulation steps): one fused sweep over NR consecutive rows (in place with IP, else the scratch
 // row `t`; NR = 2 only in place), which share their parameter rows, specialized on (center,
@@ -583,20 +573,21 @@ inline void simple_out_t(const float* __restrict__ t, const void* src, int64_t n
 template <int KX, int KY, bool IP, int NR>
 JLN_NOINLINE void simple_out(const Config& c, const float* t, const void* src, const RowStats* st,
                              const RowParams& rp, const Src in, void* y, int64_t o, int64_t ahead) {
-  const int key = out_key(c, rp);
+  const int key = (c.center ? 4 : 0) | (rp.w ? 2 : 0) | (rp.b ? 1 : 0);
   if constexpr (NR == 1) {
+    if (rp.f) {  // (modulated: LayerNorm)
 #define JLN_MOD(W, B) simple_out_t<KX, KY, true, W, B, IP, 1, 0, true>(t, src, c.n, st, rp, in, y, o, ahead)
-    switch (key) {
-      case 13: return JLN_MOD(true, true);
-      case 12: return JLN_MOD(true, false);
-      case 11: return JLN_MOD(false, true);
-      case 10: return JLN_MOD(false, false);
-      default: break;
-    }
+      switch (key & 3) {
+        case 3: return JLN_MOD(true, true);
+        case 2: return JLN_MOD(true, false);
+        case 1: return JLN_MOD(false, true);
+        default: return JLN_MOD(false, false);
+      }
 #undef JLN_MOD
+    }
   }
 #define JLN_SIMPLE(C, W, B) simple_out_t<KX, KY, C, W, B, IP, NR>(t, src, c.n, st, rp, in, y, o, ahead)
-  switch (key) {
+  switch (c.rms_weigh() ? 7 + c.rms_weigh() : key) {
     case 9: return simple_out_t<KX, KY, false, true, false, IP, NR, 2>(t, src, c.n, st, rp, in, y, o, ahead);
     case 8: return simple_out_t<KX, KY, false, true, false, IP, NR, 1>(t, src, c.n, st, rp, in, y, o, ahead);
     case 7: return JLN_SIMPLE(true, true, true);
@@ -795,13 +786,9 @@ void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* me
       const RowStats& s = st[k];
       const float* t = buf.data() + (IP ? 0 : k * n);
       const RowParams rp = rows.at(c, P, r);
-      // (fused forwards of single rows read in place run piped, so that build has no fused
-      // sweep; the general one below would serve them too)
-      if constexpr (!(IP && NR == 1)) {
-        if (c.fused_fwd(KX, KY)) {
-          simple_out<KX, KY, IP, 1>(c, t, src, &s, rp, in, y, o, ahead);
-          continue;
-        }
+      if (c.fused_fwd(KX, KY)) {
+        simple_out<KX, KY, IP, 1>(c, t, src, &s, rp, in, y, o, ahead);
+        continue;
       }
       if constexpr (NR == 1) {  // (pairs are common forwards only: their build has no general sweep)
         general_out<KX, KY, IP>(c, t, src, s.p, s.m, s.rs, rp.w, rp.b, rp.f, rp.sh, in, y, o, ahead);
@@ -886,13 +873,19 @@ JLN_NOINLINE RowStats out_first_t(const Config& c, const Src in, const void* src
 template <int KX, int KY, bool ADD, bool IP>
 JLN_NOINLINE RowStats out_first(const Config& c, const Src in, const void* src, const RowStats st,
                                 const RowParams& rp, void* y, int64_t o, const float* t, float* t2) {
+  const int key = (c.center ? 4 : 0) | (rp.w ? 2 : 0) | (rp.b ? 1 : 0);
+  if (rp.f) {  // (modulated: LayerNorm)
 #define JLN_OUT_MOD(W, B) out_first_t<KX, KY, ADD, IP, true, W, B, 0, true>(c, in, src, st, rp, y, o, t, t2)
+    switch (key & 3) {
+      case 3: return JLN_OUT_MOD(true, true);
+      case 2: return JLN_OUT_MOD(true, false);
+      case 1: return JLN_OUT_MOD(false, true);
+      default: return JLN_OUT_MOD(false, false);
+    }
+#undef JLN_OUT_MOD
+  }
 #define JLN_OUT_FIRST(C, W, B) out_first_t<KX, KY, ADD, IP, C, W, B>(c, in, src, st, rp, y, o, t, t2)
-  switch (out_key(c, rp)) {
-    case 13: return JLN_OUT_MOD(true, true);
-    case 12: return JLN_OUT_MOD(true, false);
-    case 11: return JLN_OUT_MOD(false, true);
-    case 10: return JLN_OUT_MOD(false, false);
+  switch (c.rms_weigh() ? 7 + c.rms_weigh() : key) {
     case 9: return out_first_t<KX, KY, ADD, IP, false, true, false, 2>(c, in, src, st, rp, y, o, t, t2);
     case 8: return out_first_t<KX, KY, ADD, IP, false, true, false, 1>(c, in, src, st, rp, y, o, t, t2);
     case 7: return JLN_OUT_FIRST(true, true, true);
@@ -905,7 +898,6 @@ JLN_NOINLINE RowStats out_first(const Config& c, const Src in, const void* src, 
     default: return JLN_OUT_FIRST(false, false, false);
   }
 #undef JLN_OUT_FIRST
-#undef JLN_OUT_MOD
 }
 
 // Rows r0..r1 of a common forward, as a pipeline (see piped), read in place (IP) or from two
