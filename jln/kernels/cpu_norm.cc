@@ -264,6 +264,38 @@ inline float vsumsq(int64_t n, F f, T tail) {
   return hsum((a0 + a1) + (a2 + a3)) + t;
 }
 
+// vsum (SQ = false) or vsumsq (SQ = true) of two rows at once, each in the one-row order
+// (so each row's sum is bit for bit the one-row sum): f(j, k) returns row k's lanes j..j+15,
+// tail(j, k) row k's scalar term (squared already for SQ). The two rows' accumulations are
+// independent chains, so the two rows' reductions overlap (see pipe_rows).
+template <bool SQ, typename F, typename T>
+inline void vsums2(int64_t n, F f, T tail, float* sums) {
+  auto acc = [](vf& a, vf d) { a = SQ ? vfma(d, d, a) : a + d; };
+  vf a0 = {}, a1 = {}, a2 = {}, a3 = {}, b0 = {}, b1 = {}, b2 = {}, b3 = {};
+  int64_t j = 0;
+  for (; j + 4 * V <= n; j += 4 * V) {
+    acc(a0, f(j, 0));
+    acc(b0, f(j, 1));
+    acc(a1, f(j + V, 0));
+    acc(b1, f(j + V, 1));
+    acc(a2, f(j + 2 * V, 0));
+    acc(b2, f(j + 2 * V, 1));
+    acc(a3, f(j + 3 * V, 0));
+    acc(b3, f(j + 3 * V, 1));
+  }
+  for (; j + V <= n; j += V) {
+    acc(a0, f(j, 0));
+    acc(b0, f(j, 1));
+  }
+  float t0 = 0, t1 = 0;
+  for (; j < n; ++j) {
+    t0 += tail(j, 0);
+    t1 += tail(j, 1);
+  }
+  sums[0] = hsum((a0 + a1) + (a2 + a3)) + t0;
+  sums[1] = hsum((b0 + b1) + (b2 + b3)) + t1;
+}
+
 // A forward's input rows: x alone, or (the fused residual step of add_*_norm) s = x + r,
 // added in float32, rounded to x's dtype (which r and s share) and written to `s` by the first
 // pass that reads it, so s costs one read of x and r and one write.
@@ -287,10 +319,10 @@ inline void prefetch(const void* p, int64_t at) {
 // step) for writing. Alone, the hardware prefetcher leaves the memory stream idle during a
 // row's arithmetic, and every store to a line not yet owned waits for it (measured on one
 // Xeon core, data beyond L2: +0-30% per width over hinting only x during the output sweep).
-template <int KX>
+template <int KX, bool ADD>
 inline void prefetch_src(const Src in, int64_t at) {
   prefetch<KX, false>(in.x, at);
-  if (in.r) prefetch<KX, false>(in.r, at);
+  if constexpr (ADD) prefetch<KX, false>(in.r, at);
 }
 template <int KX, int KY>
 inline void prefetch_dst(const Src in, const void* y, int64_t at) {
@@ -310,10 +342,6 @@ struct Config {
   // the parameter group of row r; one group for all rows (the usual case) needs no division
   // (per row, the divisions took about 4% of a 256-wide bfloat16 forward, measured)
   int64_t group(int k, int64_t r) const { return per[k] == rows ? 0 : r / per[k]; }
-  // no rounding steps, no modulation, no gemma (the pairs apply)
-  bool simple() const {
-    return !round_h && !round_y && !round_b && !round_f && !round_s && !gemma && !has[kShift] && !has[kMscale];
-  }
   // the fused single-sweep forward and the fused backward apply (rows of dtype kx): simple, or
   // an RMSNorm with a scale and no bias whose only extra step is rounding h to x's own
   // precision before the scale (llama, t5) or gemma's 1 + w (see rms_weigh)
@@ -411,8 +439,10 @@ inline float row_1(const float* t, const void* src, int64_t o, int64_t j) {
 // on short rows, measured).
 #if defined(__GNUC__)
 #define JLN_NOINLINE __attribute__((noinline))
+#define JLN_INLINE __attribute__((always_inline))
 #else
 #define JLN_NOINLINE
+#define JLN_INLINE
 #endif
 
 // A row's statistics.
@@ -443,7 +473,7 @@ JLN_NOINLINE RowStats stats_first(const Config& c, const Src in, int64_t o, floa
     const float s = vsum(
         n,
         [&](int64_t j) {
-          prefetch_src<KX>(in, o + ahead + j);
+          prefetch_src<KX, ADD>(in, o + ahead + j);
           const vf d = vsrc<KX, ADD>(in, o + j) - pv;
           if constexpr (!wide) std::memcpy(t + j, &d, sizeof(d));
           return d;
@@ -460,7 +490,7 @@ JLN_NOINLINE RowStats stats_first(const Config& c, const Src in, int64_t o, floa
   const float q = vsumsq(
       n,
       [&](int64_t j) {
-        prefetch_src<KX>(in, o + ahead + j);
+        prefetch_src<KX, ADD>(in, o + ahead + j);
         const vf v = vsrc<KX, ADD>(in, o + j);
         if constexpr (!wide) std::memcpy(t + j, &v, sizeof(v));
         return v;
@@ -474,26 +504,41 @@ JLN_NOINLINE RowStats stats_first(const Config& c, const Src in, int64_t o, floa
   return st;
 }
 
-// Stage two (center only): the sum of squared deviations and rstd (for a scratch row, d
-// replaces x - p in it where holds_d). `src`, `o`: the source and the row's offset (IP).
-template <int KX, bool IP>
-JLN_NOINLINE void stats_second(const Config& c, RowStats& st, float* __restrict__ t, const void* src, int64_t o) {
+// Stage two (center only): the sum of squared deviations and rstd of NR consecutive rows (NR =
+// 2 only in place; for a scratch row, d replaces x - p in it where holds_d). `src`, `o`: the
+// source and the first row's offset (IP).
+template <int KX, bool IP, int NR = 1>
+JLN_NOINLINE void stats_second(const Config& c, RowStats* st, float* __restrict__ t, const void* src, int64_t o) {
+  static_assert(NR == 1 || IP, "two rows at once only in place");
   const int64_t n = c.n;
-  const float p = IP ? st.p : 0.0f, mm = st.m;  // scratch: a constant 0, folded away
-  const bool keep = !IP && holds_d<KX>(n);
-  const float q = vsumsq(
-      n,
-      [&](int64_t j) {
-        const vf d = (row_vec<KX, IP>(t, src, o, j) - p) - mm;
-        if (keep) std::memcpy(t + j, &d, sizeof(d));
-        return d;
-      },
-      [&](int64_t j) {
-        const float d = (row_1<KX, IP>(t, src, o, j) - p) - mm;
-        if (keep) t[j] = d;
-        return d * d;
-      });
-  st.rs = 1.0f / std::sqrt(q / float(n) + c.eps);
+  float q[NR];
+  if constexpr (NR == 2) {
+    const float p[2] = {st[0].p, st[1].p}, mm[2] = {st[0].m, st[1].m};
+    vsums2<true>(
+        n,
+        [&](int64_t j, int k) { return (vload<KX>(src, o + k * n + j) - p[k]) - mm[k]; },
+        [&](int64_t j, int k) {
+          const float d = (load<KX>(src, o + k * n + j) - p[k]) - mm[k];
+          return d * d;
+        },
+        q);
+  } else {
+    const float p = IP ? st->p : 0.0f, mm = st->m;  // scratch: a constant 0, folded away
+    const bool keep = !IP && holds_d<KX>(n);
+    q[0] = vsumsq(
+        n,
+        [&](int64_t j) {
+          const vf d = (row_vec<KX, IP>(t, src, o, j) - p) - mm;
+          if (keep) std::memcpy(t + j, &d, sizeof(d));
+          return d;
+        },
+        [&](int64_t j) {
+          const float d = (row_1<KX, IP>(t, src, o, j) - p) - mm;
+          if (keep) t[j] = d;
+          return d * d;
+        });
+  }
+  for (int k = 0; k < NR; ++k) st[k].rs = 1.0f / std::sqrt(q[k] / float(n) + c.eps);
 }
 
 // A parameter row's element(s) at column j, and a rounding step, for 16 lanes (vf) or one
@@ -526,70 +571,56 @@ inline T fused_out(T v, float rs, const RowParams rp, int64_t j) {  // (rp by va
 }
 
 // The common forward (Config::fused_fwd: no rounding steps but llama's and t5's rounding of h
-// and adaptive LayerNorm's modulation steps): one fused sweep over NR consecutive rows (in place with IP, else the scratch
-// row `t`; NR = 2 only in place), which share their parameter rows, specialized on (center,
-// scale, bias) and RMSNorm's scale step RW (rms_weigh) so the loop carries no branches (llama's
-// bfloat16 RMSNorm through it rather than general_out: 1.22-1.46x, one EPYC core, kernel alone)
-// and MOD, adaptive LayerNorm's modulation (Config::modulated: y = round(round(h) * f) + sh,
-// the last rounding left to the store; through JAX, one EPYC core: 1.11-1.31x in bfloat16, up
-// to 1.64x in float32); h = ((x - p) - m) * rstd with each row's statistics `st[k]` (p and m are
-// subtracted here for rows read in place; a scratch row holds d where holds_d, else x - p).
-// Meanwhile the rows of y `ahead` elements on are hinted for writing (`o`: the first row's
-// offset; `src`: as for stats_second). Sweeping two wide rows at once loads each parameter
-// vector once for both: the float32 parameter rows of a row 4096 or more wide outgrow L1 and
-// came from L2 for every row (measured on one EPYC core, data from memory: 1.07-1.14x at
-// 4096 and 16384 wide, float32 and bfloat16; 0.71-0.82x for float32 at 256 and 1024).
-template <int KX, int KY, bool C, bool W, bool B, bool IP, int NR, int RW = 0, bool MOD = false>
-inline void simple_out_t(const float* __restrict__ t, const void* src, int64_t n, const RowStats* st,
+// and adaptive LayerNorm's modulation steps): one fused output sweep over a row (in place with
+// IP, else the scratch row `t`), specialized on (center, scale, bias) and RMSNorm's scale step
+// RW (rms_weigh) so the loop carries no branches (llama's bfloat16 RMSNorm through it rather
+// than general_out: 1.22-1.46x, one EPYC core, kernel alone) and MOD, adaptive LayerNorm's
+// modulation (Config::modulated: y = round(round(h) * f) + sh, the last rounding left to the
+// store; through JAX, one EPYC core: 1.11-1.31x in bfloat16, up to 1.64x in float32);
+// h = ((x - p) - m) * rstd with the row's statistics `st` (p and m are subtracted here for rows
+// read in place; a scratch row holds d where holds_d, else x - p). Meanwhile the row of y
+// `ahead` elements on is hinted for writing (`o`: the row's offset; `src`: as for
+// stats_second).
+template <int KX, int KY, bool C, bool W, bool B, bool IP, int RW = 0, bool MOD = false>
+inline void simple_out_t(const float* __restrict__ t, const void* src, int64_t n, const RowStats st,
                          const RowParams& rp, const Src in, void* y, int64_t o, int64_t ahead) {
-  static_assert(NR == 1 || IP, "several rows per sweep only in place");
-  static_assert(NR == 1 || !MOD, "no modulation in pairs");
   const RowParams q = rp;  // (a local copy: the stores to y cannot change it)
   const bool sub_m = C && (IP || !holds_d<KX>(n));  // (p is 0 for scratch rows)
-  float p[NR], m[NR], rs[NR];
-  for (int k = 0; k < NR; ++k) p[k] = st[k].p, m[k] = st[k].m, rs[k] = st[k].rs;
+  const float p = st.p, m = st.m, rs = st.rs;
   int64_t j = 0;
   for (; j + V <= n; j += V) {
-    for (int k = 0; k < NR; ++k) {  // (the second row's parameter loads hit L1)
-      const int64_t ok = o + k * n;
-      prefetch_dst<KX, KY>(in, y, ok + ahead + j);
-      vf v = row_vec<KX, IP>(t, src, ok, j);
-      if constexpr (C && IP) v = v - p[k];
-      if (sub_m) v = v - m[k];
-      vstore<KY>(y, ok + j, fused_out<KX, W, B, RW, MOD>(v, rs[k], q, j));
-    }
+    prefetch_dst<KX, KY>(in, y, o + ahead + j);
+    vf v = row_vec<KX, IP>(t, src, o, j);
+    if constexpr (C && IP) v = v - p;
+    if (sub_m) v = v - m;
+    vstore<KY>(y, o + j, fused_out<KX, W, B, RW, MOD>(v, rs, q, j));
   }
   for (; j < n; ++j) {
-    for (int k = 0; k < NR; ++k) {
-      const int64_t ok = o + k * n;
-      float v = row_1<KX, IP>(t, src, ok, j);
-      if constexpr (C && IP) v = v - p[k];
-      if (sub_m) v = v - m[k];
-      store<KY>(y, ok + j, fused_out<KX, W, B, RW, MOD>(v, rs[k], q, j));
-    }
+    float v = row_1<KX, IP>(t, src, o, j);
+    if constexpr (C && IP) v = v - p;
+    if (sub_m) v = v - m;
+    store<KY>(y, o + j, fused_out<KX, W, B, RW, MOD>(v, rs, q, j));
   }
 }
 
-template <int KX, int KY, bool IP, int NR>
-JLN_NOINLINE void simple_out(const Config& c, const float* t, const void* src, const RowStats* st,
+template <int KX, int KY, bool IP>
+JLN_NOINLINE void simple_out(const Config& c, const float* t, const void* src, const RowStats st,
                              const RowParams& rp, const Src in, void* y, int64_t o, int64_t ahead) {
   const int key = (c.center ? 4 : 0) | (rp.w ? 2 : 0) | (rp.b ? 1 : 0);
-  if constexpr (NR == 1) {
-    if (rp.f) {  // (modulated: LayerNorm)
-#define JLN_MOD(W, B) simple_out_t<KX, KY, true, W, B, IP, 1, 0, true>(t, src, c.n, st, rp, in, y, o, ahead)
-      switch (key & 3) {
-        case 3: return JLN_MOD(true, true);
-        case 2: return JLN_MOD(true, false);
-        case 1: return JLN_MOD(false, true);
-        default: return JLN_MOD(false, false);
-      }
-#undef JLN_MOD
+  if (rp.f) {  // (modulated: LayerNorm)
+#define JLN_MOD(W, B) simple_out_t<KX, KY, true, W, B, IP, 0, true>(t, src, c.n, st, rp, in, y, o, ahead)
+    switch (key & 3) {
+      case 3: return JLN_MOD(true, true);
+      case 2: return JLN_MOD(true, false);
+      case 1: return JLN_MOD(false, true);
+      default: return JLN_MOD(false, false);
     }
+#undef JLN_MOD
   }
-#define JLN_SIMPLE(C, W, B) simple_out_t<KX, KY, C, W, B, IP, NR>(t, src, c.n, st, rp, in, y, o, ahead)
+#define JLN_SIMPLE(C, W, B) simple_out_t<KX, KY, C, W, B, IP>(t, src, c.n, st, rp, in, y, o, ahead)
   switch (c.rms_weigh() ? 7 + c.rms_weigh() : key) {
-    case 9: return simple_out_t<KX, KY, false, true, false, IP, NR, 2>(t, src, c.n, st, rp, in, y, o, ahead);
-    case 8: return simple_out_t<KX, KY, false, true, false, IP, NR, 1>(t, src, c.n, st, rp, in, y, o, ahead);
+    case 9: return simple_out_t<KX, KY, false, true, false, IP, 2>(t, src, c.n, st, rp, in, y, o, ahead);
+    case 8: return simple_out_t<KX, KY, false, true, false, IP, 1>(t, src, c.n, st, rp, in, y, o, ahead);
     case 7: return JLN_SIMPLE(true, true, true);
     case 6: return JLN_SIMPLE(true, true, false);
     case 5: return JLN_SIMPLE(true, false, true);
@@ -700,8 +731,8 @@ inline void general_out(const Config& c, const float* __restrict__ t, const void
 // stage (measured on one Xeon core, bfloat16 LayerNorm from memory: 1.24x at 128 wide, 1.34x
 // at 256, 1.10x at 512; the block's float32 scratch rows, 4 to 8 KiB, stay in L1). Rows of
 // 1024 and more, and float32 rows (read in place, no scratch), ran no faster in blocks (float32
-// at 256: 0.83x) and run one at a time; common forwards of rows read in place run piped or in
-// pairs instead (see piped, pairs).
+// at 256: 0.83x) and run one at a time; common forwards of rows read in place run piped instead
+// (see piped).
 constexpr int64_t kMaxBlock = 8;
 template <int KX>
 inline int64_t block_rows(int64_t n) {
@@ -709,24 +740,36 @@ inline int64_t block_rows(int64_t n) {
   return std::max<int64_t>(2, std::min<int64_t>(kMaxBlock, 2048 / std::max<int64_t>(n, 1)));
 }
 
-// Whether the forward runs rows in pairs that share one output sweep (simple_out_t): common
-// float32 LayerNorm forwards 4096 or more wide, whose parameter rows outgrow L1 (there pairs
-// beat the row pipeline, fwd_rows_piped: 1.05-1.12x, one EPYC core, data from memory). A
-// forward of pairs is a build of its own (fwd_rows' NR), so the single-row one carries none of
-// its code (with it, float32 rows of 256 and 1024 ran 5-12% slower, measured).
-template <int KX>
-inline bool pairs(const Config& c) {
-  return KX == kF32 && c.center && c.n >= 4096 && c.simple();
-}
-
-// Whether the forward runs as a row pipeline (fwd_rows_piped): the other common (fused)
-// forwards of rows read in place, and of half-precision rows in scratch rows that run one at a
-// time (1024 to 2048 wide: bfloat16 LayerNorm 1.17-1.19x, RMSNorm 1.08-1.16x, one EPYC core,
-// data from memory). Shorter half rows keep their blocks (piped in scratch rows, bfloat16
-// LayerNorm at 256 wide ran 0.89-0.95x; read in place, 0.76x).
+// Whether the forward runs as a row pipeline (fwd_rows_piped): the common (fused) forwards of
+// rows read in place, and of half-precision rows in scratch rows that run one at a time (1024
+// to 2048 wide: bfloat16 LayerNorm 1.17-1.19x, RMSNorm 1.08-1.16x, one EPYC core, data from
+// memory). Shorter half rows keep their blocks (piped in scratch rows, bfloat16 LayerNorm at
+// 256 wide ran 0.89-0.95x; read in place, 0.76x).
 template <int KX, int KY>
 inline bool piped(const Config& c) {
-  return (in_place<KX>(c.n) || block_rows<KX>(c.n) == 1) && c.fused_fwd(KX, KY) && !pairs<KX>(c);
+  return (in_place<KX>(c.n) || block_rows<KX>(c.n) == 1) && c.fused_fwd(KX, KY);
+}
+
+// Rows per step of a row pipeline (fwd_rows_piped): pairs for the common forwards of rows read
+// in place whose parameters are one row each (the rows of a step share them), under 1024 or
+// from kInterleaved wide; 1 otherwise. A pair's rows' reductions (chains of dependent
+// additions, a division and a square root) then overlap each other, and a step's latency is
+// spread over two rows. Rows kInterleaved or more wide are swept together, element by element
+// (one loop for both rows' first, second and output passes); shorter pairs run each row's
+// sweeps in turn, one row's reductions finishing while the other row sweeps, and their loads
+// stay one sequential stream (interleaved, two streams 1 KiB apart ran 0.65-0.82x from
+// memory, float32 RMSNorm 256 wide). Against one row a step (and float32 LayerNorm's former
+// pairs of fwd_rows from 4096 wide), one EPYC core, kernel alone, data from memory, 3-4 runs:
+// float32 LayerNorm 1.09-1.23x at 256 wide, 1.08-1.14x at 4096 and 16384; RMSNorm 0.95-1.19x
+// at 256, 1.07-1.23x at 4096 and 16384; bfloat16 (in place from 4096 wide) 1.00-1.11x. At 1024
+// wide pairs in turn ran 0.89-0.99x, and one row a step stays.
+constexpr int64_t kInterleaved = 4096;
+template <int KX>
+inline int pipe_rows(const Config& c) {
+  for (int k = 0; k < kParams; ++k) {
+    if (c.has[k] && c.per[k] != c.rows) return 1;
+  }
+  return in_place<KX>(c.n) && c.fused(KX) && (c.n < 1024 || c.n >= kInterleaved) ? 2 : 1;
 }
 
 // The parameter rows of the rows a forward sweeps, row by row; the modulation factor (see
@@ -749,14 +792,13 @@ struct ParamRows {
   }
 };
 
-// Rows r0..r1 of the forward; IP: whether the rows are read in place (in_place); NR = 2: in
-// pairs (pairs), whose rows share a parameter row (else that pair's rows are swept one by one).
-template <int KX, int KY, bool ADD, bool IP, int NR>
-void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* mean,
-              float* rstd_out, int64_t r0, int64_t r1) {
-  static_assert(NR == 1 || IP, "pairs only in place");
+// Rows r0..r1 of the forward one block (block_rows) at a time, stage by stage; IP: whether
+// the rows are read in place (in_place).
+template <int KX, int KY, bool ADD, bool IP>
+void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* mean, float* rstd_out,
+              int64_t r0, int64_t r1) {
   const int64_t n = c.n;
-  const int64_t R = NR == 2 ? 2 : block_rows<KX>(n), ahead = R * n;  // prefetches run one block ahead
+  const int64_t R = block_rows<KX>(n), ahead = R * n;  // prefetches run one block ahead
   const void* src = ADD ? in.s : in.x;
   std::vector<float> buf(static_cast<size_t>(IP ? 0 : R * n), 0.0f);
   ParamRows rows(n);
@@ -768,126 +810,133 @@ void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* me
     }
     if (c.center) {
       for (int64_t k = 0; k < k1; ++k) {
-        stats_second<KX, IP>(c, st[k], buf.data() + (IP ? 0 : k * n), src, (rb + k) * n);
+        stats_second<KX, IP>(c, &st[k], buf.data() + (IP ? 0 : k * n), src, (rb + k) * n);
       }
     }
     for (int64_t k = 0; k < k1; ++k) {
       mean[rb + k] = st[k].m;
       rstd_out[rb + k] = st[k].rs;
     }
-    if constexpr (NR == 2) {
-      if (k1 == 2 && c.group(kW, rb) == c.group(kW, rb + 1) && c.group(kB, rb) == c.group(kB, rb + 1)) {
-        simple_out<KX, KY, IP, 2>(c, nullptr, src, st, rows.at(c, P, rb), in, y, rb * n, ahead);
-        continue;
-      }
-    }
     for (int64_t k = 0; k < k1; ++k) {
       const int64_t r = rb + k, o = r * n;
-      const RowStats& s = st[k];
       const float* t = buf.data() + (IP ? 0 : k * n);
       const RowParams rp = rows.at(c, P, r);
       if (c.fused_fwd(KX, KY)) {
-        simple_out<KX, KY, IP, 1>(c, t, src, &s, rp, in, y, o, ahead);
-        continue;
-      }
-      if constexpr (NR == 1) {  // (pairs are common forwards only: their build has no general sweep)
-        general_out<KX, KY, IP>(c, t, src, s.p, s.m, s.rs, rp.w, rp.b, rp.f, rp.sh, in, y, o, ahead);
+        simple_out<KX, KY, IP>(c, t, src, st[k], rp, in, y, o, ahead);
+      } else {
+        general_out<KX, KY, IP>(c, t, src, st[k].p, st[k].m, st[k].rs, rp.w, rp.b, rp.f, rp.sh, in, y, o, ahead);
       }
     }
   }
 }
 
-// One sweep over two consecutive rows read in place (common forward): the output of row r
-// (offset o, statistics st, parameter rows w and b) and the first statistics pass of row
-// r + 1, whose statistics (center: the pivot and the mean about it; RMS: rstd) it returns.
-// Row r + 1's loads (from memory) and row r's stores then stream side by side, as in a copy,
-// and the two rows' arithmetic is independent, so neither waits for the other; the source
-// row after r + 1 is hinted into cache on the way. Specialized on (center, scale, bias) and RW
-// as simple_out_t; the sums are vsum's and vsumsq's (four accumulators, the same fixed order).
-template <int KX, int KY, bool ADD, bool IP, bool C, bool W, bool B, int RW = 0, bool MOD = false>
-JLN_NOINLINE RowStats out_first_t(const Config& c, const Src in, const void* src, const RowStats st,
-                                  const RowParams& rp, void* y, int64_t o, const float* __restrict__ t,
-                                  float* __restrict__ t2) {
-  const int64_t n = c.n, o2 = o + n;
+// One sweep over NR rows and the NR rows after them, read in place or (NR = 1) from scratch
+// rows: the output of rows r..r+NR-1 (offset o, statistics st[k], parameter rows rp[k]) and the
+// first statistics pass of rows r+NR..r+2NR-1, whose statistics (center: the pivot and the mean
+// about it; RMS: rstd) it writes to nx. The next rows' loads (from memory) and these rows'
+// stores then stream side by side, as in a copy, and the rows' arithmetic is independent, so
+// none waits for another; the source rows after the next ones are hinted into cache on the
+// way. Specialized on (center, scale, bias), RW and MOD as simple_out_t; each row's sum is
+// vsum's or vsumsq's (four accumulators, the same fixed order).
+template <int KX, int KY, bool ADD, bool IP, int NR, bool C, bool W, bool B, int RW = 0, bool MOD = false>
+JLN_NOINLINE void out_first_t(const Config& c, const Src in, const void* src, const RowStats* st,
+                              const RowParams& rp, void* y, int64_t o, int64_t gap, const float* __restrict__ t,
+                              float* __restrict__ t2, RowStats* nx) {
+  static_assert(NR == 1 || (IP && !MOD), "two rows at once only in place, without modulation");
+  const int64_t n = c.n, o2 = o + gap;
   const RowParams q = rp;  // (a local copy: the stores to y cannot change it)
   const bool sub_m = C && (IP || !holds_d<KX>(n));  // (p is 0 for scratch rows)
-  const float p = st.p, m = st.m, rs = st.rs;
-  const float pv = C ? src1<KX, ADD>(in, o2) : 0.0f;
-  auto out = [&](int64_t j) {
-    vf v = row_vec<KX, IP>(t, src, o, j);
-    if constexpr (C && IP) v = v - p;
-    if (sub_m) v = v - m;
-    vstore<KY>(y, o + j, fused_out<KX, W, B, RW, MOD>(v, rs, q, j));
+  const float p[2] = {st[0].p, st[NR - 1].p}, m[2] = {st[0].m, st[NR - 1].m}, rs[2] = {st[0].rs, st[NR - 1].rs};
+  const float pv0 = C ? src1<KX, ADD>(in, o2) : 0.0f;  // (the pivots)
+  const float pv[2] = {pv0, C && NR == 2 ? src1<KX, ADD>(in, o2 + n) : pv0};
+  auto out = [&](int64_t j, int k) JLN_INLINE {  // row r + k's output at j, before its store
+    vf v = row_vec<KX, IP>(t, src, o + k * n, j);
+    if constexpr (C && IP) v = v - p[k];
+    if (sub_m) v = v - m[k];
+    return fused_out<KX, W, B, RW, MOD>(v, rs[k], q, j);
   };
-  auto out1 = [&](int64_t j) {
-    float v = row_1<KX, IP>(t, src, o, j);
-    if constexpr (C && IP) v = v - p;
-    if (sub_m) v = v - m;
-    store<KY>(y, o + j, fused_out<KX, W, B, RW, MOD>(v, rs, q, j));
+  auto out1 = [&](int64_t j, int k) JLN_INLINE {
+    float v = row_1<KX, IP>(t, src, o + k * n, j);
+    if constexpr (C && IP) v = v - p[k];
+    if (sub_m) v = v - m[k];
+    store<KY>(y, o + k * n + j, fused_out<KX, W, B, RW, MOD>(v, rs[k], q, j));
   };
-  // row r + 1's term: x - pivot (center) or x (RMS, squared by the accumulation), also kept
-  // in row r + 1's scratch row t2 (!IP)
-  auto next = [&](int64_t j) {
-    prefetch_src<KX>(in, o2 + n + j);
-    const vf v = vsrc<KX, ADD>(in, o2 + j);
-    const vf d = C ? vf(v - pv) : v;
+  // row r + NR + k's term: x - pivot (center) or x (RMS, squared by the accumulation), also
+  // kept in the scratch row t2 (!IP)
+  auto next = [&](int64_t j, int k) JLN_INLINE {
+    prefetch_src<KX, ADD>(in, o2 + gap + k * n + j);
+    const vf v = vsrc<KX, ADD>(in, o2 + k * n + j);
+    const vf d = C ? vf(v - pv[k]) : v;
     if constexpr (!IP) std::memcpy(t2 + j, &d, sizeof(d));
     return d;
   };
-  auto acc = [](vf& a, vf d) { a = C ? a + d : vfma(d, d, a); };
-  vf a0 = {}, a1 = {}, a2 = {}, a3 = {};
+  auto acc = [](vf& a, vf d) JLN_INLINE { a = C ? a + d : vfma(d, d, a); };
+  vf a0 = {}, a1 = {}, a2 = {}, a3 = {}, b0 = {}, b1 = {}, b2 = {}, b3 = {};
+  // every load of a step before its stores: rows 1024 floats wide lie 4 KiB apart, and a load
+  // after a store to the same address modulo 4 KiB waits for it
+  auto step = [&](int64_t j, vf& a, vf& b) JLN_INLINE {
+    if constexpr (NR == 2) {
+      const vf d0 = next(j, 0), d1 = next(j, 1), y0 = out(j, 0), y1 = out(j, 1);
+      acc(a, d0);
+      acc(b, d1);
+      vstore<KY>(y, o + j, y0);
+      vstore<KY>(y, o + n + j, y1);
+    } else {
+      acc(a, next(j, 0));
+      vstore<KY>(y, o + j, out(j, 0));
+    }
+  };
   int64_t j = 0;
   for (; j + 4 * V <= n; j += 4 * V) {
-    acc(a0, next(j));
-    out(j);
-    acc(a1, next(j + V));
-    out(j + V);
-    acc(a2, next(j + 2 * V));
-    out(j + 2 * V);
-    acc(a3, next(j + 3 * V));
-    out(j + 3 * V);
+    step(j, a0, b0);
+    step(j + V, a1, b1);
+    step(j + 2 * V, a2, b2);
+    step(j + 3 * V, a3, b3);
   }
-  for (; j + V <= n; j += V) {
-    acc(a0, next(j));
-    out(j);
-  }
-  float tail = 0;
+  for (; j + V <= n; j += V) step(j, a0, b0);
+  float tail[2] = {0, 0};
   for (; j < n; ++j) {
-    const float v = src1<KX, ADD>(in, o2 + j);
-    const float d = C ? v - pv : v;
-    if constexpr (!IP) t2[j] = d;
-    tail += C ? d : d * d;
-    out1(j);
+    for (int k = 0; k < NR; ++k) {
+      const float v = src1<KX, ADD>(in, o2 + k * n + j);
+      const float d = C ? v - pv[k] : v;
+      if constexpr (!IP) t2[j] = d;
+      tail[k] += C ? d : d * d;
+      out1(j, k);
+    }
   }
-  const float sum = hsum((a0 + a1) + (a2 + a3)) + tail;
-  RowStats next_st{0.0f, 0.0f, 0.0f};
-  if constexpr (C) {
-    next_st.p = IP ? pv : 0.0f;  // (a scratch row holds x - p)
-    next_st.m = sum / float(n);
-  } else {
-    next_st.rs = 1.0f / std::sqrt(sum / float(n) + c.eps);
+  const float sum[2] = {hsum((a0 + a1) + (a2 + a3)) + tail[0], hsum((b0 + b1) + (b2 + b3)) + tail[1]};
+  for (int k = 0; k < NR; ++k) {
+    nx[k] = RowStats{0.0f, 0.0f, 0.0f};
+    if constexpr (C) {
+      nx[k].p = IP ? pv[k] : 0.0f;  // (a scratch row holds x - p)
+      nx[k].m = sum[k] / float(n);
+    } else {
+      nx[k].rs = 1.0f / std::sqrt(sum[k] / float(n) + c.eps);
+    }
   }
-  return next_st;
 }
 
-template <int KX, int KY, bool ADD, bool IP>
-JLN_NOINLINE RowStats out_first(const Config& c, const Src in, const void* src, const RowStats st,
-                                const RowParams& rp, void* y, int64_t o, const float* t, float* t2) {
+template <int KX, int KY, bool ADD, bool IP, int NR>
+JLN_NOINLINE void out_first(const Config& c, const Src in, const void* src, const RowStats* st,
+                            const RowParams& rp, void* y, int64_t o, int64_t gap, const float* t, float* t2,
+                            RowStats* nx) {
   const int key = (c.center ? 4 : 0) | (rp.w ? 2 : 0) | (rp.b ? 1 : 0);
-  if (rp.f) {  // (modulated: LayerNorm)
-#define JLN_OUT_MOD(W, B) out_first_t<KX, KY, ADD, IP, true, W, B, 0, true>(c, in, src, st, rp, y, o, t, t2)
-    switch (key & 3) {
-      case 3: return JLN_OUT_MOD(true, true);
-      case 2: return JLN_OUT_MOD(true, false);
-      case 1: return JLN_OUT_MOD(false, true);
-      default: return JLN_OUT_MOD(false, false);
-    }
+  if constexpr (NR == 1) {
+    if (rp.f) {  // (modulated: LayerNorm)
+#define JLN_OUT_MOD(W, B) out_first_t<KX, KY, ADD, IP, 1, true, W, B, 0, true>(c, in, src, st, rp, y, o, gap, t, t2, nx)
+      switch (key & 3) {
+        case 3: return JLN_OUT_MOD(true, true);
+        case 2: return JLN_OUT_MOD(true, false);
+        case 1: return JLN_OUT_MOD(false, true);
+        default: return JLN_OUT_MOD(false, false);
+      }
 #undef JLN_OUT_MOD
+    }
   }
-#define JLN_OUT_FIRST(C, W, B) out_first_t<KX, KY, ADD, IP, C, W, B>(c, in, src, st, rp, y, o, t, t2)
+#define JLN_OUT_FIRST(C, W, B) out_first_t<KX, KY, ADD, IP, NR, C, W, B>(c, in, src, st, rp, y, o, gap, t, t2, nx)
   switch (c.rms_weigh() ? 7 + c.rms_weigh() : key) {
-    case 9: return out_first_t<KX, KY, ADD, IP, false, true, false, 2>(c, in, src, st, rp, y, o, t, t2);
-    case 8: return out_first_t<KX, KY, ADD, IP, false, true, false, 1>(c, in, src, st, rp, y, o, t, t2);
+    case 9: return out_first_t<KX, KY, ADD, IP, NR, false, true, false, 2>(c, in, src, st, rp, y, o, gap, t, t2, nx);
+    case 8: return out_first_t<KX, KY, ADD, IP, NR, false, true, false, 1>(c, in, src, st, rp, y, o, gap, t, t2, nx);
     case 7: return JLN_OUT_FIRST(true, true, true);
     case 6: return JLN_OUT_FIRST(true, true, false);
     case 5: return JLN_OUT_FIRST(true, false, true);
@@ -900,16 +949,19 @@ JLN_NOINLINE RowStats out_first(const Config& c, const Src in, const void* src, 
 #undef JLN_OUT_FIRST
 }
 
-// Rows r0..r1 of a common forward, as a pipeline (see piped), read in place (IP) or from two
-// float32 scratch rows taken in turns (the one row r's output sweep reads, the one row r + 1's
-// first pass fills): row r's output sweep carries row r + 1's first pass (out_first), then row
-// r + 1's second pass (center) completes its statistics. The row before the first has none to carry, the last none to
-// hand on. Measured against one row at a time (pairs from 4096 wide), one EPYC core, data
-// from memory: float32 LayerNorm 1.17-1.28x at 256 wide, 1.05-1.35x at 1024; bfloat16 from
-// 4096 wide: LayerNorm 1.08-1.18x, RMSNorm 1.27-1.37x; float32 RMSNorm 0.9-1.1x.
-template <int KX, int KY, bool ADD, bool IP>
+// Rows r0..r1 of a common forward, as a pipeline (see piped) of NR rows a step (pipe_rows),
+// read in place (IP) or (NR = 1) from two float32 scratch rows taken in turns (the one row r's
+// output sweep reads, the one row r + 1's first pass fills): the output sweep of rows
+// r..r+NR-1 carries the first pass of the next NR rows (out_first), then their second pass
+// (center) completes their statistics. The rows before the first have none to carry, the last
+// none to hand on; with NR = 2, an odd first row runs alone. Measured against one row at a
+// time, one EPYC core, data from memory: float32 LayerNorm 1.17-1.28x at 256 wide, 1.05-1.35x
+// at 1024; bfloat16 from 4096 wide: LayerNorm 1.08-1.18x, RMSNorm 1.27-1.37x; float32 RMSNorm
+// 0.9-1.1x.
+template <int KX, int KY, bool ADD, bool IP, int NR>
 void fwd_rows_piped(const Config& c, const Src in, const Params& P, void* y, float* mean, float* rstd_out,
                     int64_t r0, int64_t r1) {
+  static_assert(NR == 1 || IP, "two rows a step only in place");
   const int64_t n = c.n;
   const void* src = ADD ? in.s : in.x;
   ParamRows rows(n);
@@ -918,41 +970,60 @@ void fwd_rows_piped(const Config& c, const Src in, const Params& P, void* y, flo
   // 4 KiB apart (the sweep loads one row while it stores the other)
   std::vector<float> buf(static_cast<size_t>(IP ? 0 : 2 * n + 80), 0.0f);
   float* tb[2] = {IP ? nullptr : buf.data(), IP ? nullptr : buf.data() + n + 80};
-  RowStats st = stats_first<KX, ADD, IP>(c, in, r0 * n, tb[0], n);
-  if (c.center) stats_second<KX, IP>(c, st, tb[0], src, r0 * n);
-  for (int64_t r = r0; r < r1; ++r) {
+  RowStats st[NR], nx[NR];
+  if (NR == 2 && (r1 - r0) % 2) {  // the odd row, alone
+    st[0] = stats_first<KX, ADD, IP>(c, in, r0 * n, nullptr, n);
+    if (c.center) stats_second<KX, IP>(c, st, nullptr, src, r0 * n);
+    mean[r0] = st[0].m;
+    rstd_out[r0] = st[0].rs;
+    simple_out<KX, KY, IP>(c, nullptr, src, st[0], rows.at(c, P, r0), in, y, r0 * n, n);
+    if (++r0 == r1) return;
+  }
+  for (int k = 0; k < NR; ++k) st[k] = stats_first<KX, ADD, IP>(c, in, (r0 + k) * n, tb[0], NR * n);
+  if (c.center) stats_second<KX, IP, NR>(c, st, tb[0], src, r0 * n);
+  for (int64_t r = r0; r < r1; r += NR) {
     const int64_t o = r * n;
-    float* cur = tb[(r - r0) & 1];
-    float* nxt = tb[(r - r0 + 1) & 1];
-    const RowParams rp = rows.at(c, P, r);
-    mean[r] = st.m;
-    rstd_out[r] = st.rs;
-    if (r + 1 == r1) {
-      simple_out<KX, KY, IP, 1>(c, cur, src, &st, rp, in, y, o, n);
+    float* cur = tb[((r - r0) / NR) & 1];
+    float* nxt = tb[((r - r0) / NR + 1) & 1];
+    const RowParams rp = rows.at(c, P, r);  // (shared by the rows: see pipe_rows)
+    for (int k = 0; k < NR; ++k) {
+      mean[r + k] = st[k].m;
+      rstd_out[r + k] = st[k].rs;
+    }
+    if (r + NR == r1) {
+      for (int k = 0; k < NR; ++k) simple_out<KX, KY, IP>(c, cur, src, st[k], rp, in, y, o + k * n, n);
       break;
     }
-    st = out_first<KX, KY, ADD, IP>(c, in, src, st, rp, y, o, cur, nxt);
-    if (c.center) stats_second<KX, IP>(c, st, nxt, src, o + n);
+    if (NR == 1 || n >= kInterleaved) {
+      out_first<KX, KY, ADD, IP, NR>(c, in, src, st, rp, y, o, NR * n, cur, nxt, nx);
+      if (c.center) stats_second<KX, IP, NR>(c, nx, nxt, src, o + NR * n);
+    } else {  // (short pairs: each row's sweeps in turn)
+      for (int k = 0; k < NR; ++k) {
+        out_first<KX, KY, ADD, IP, 1>(c, in, src, st + k, rp, y, o + k * n, NR * n, cur, nxt, nx + k);
+      }
+      for (int k = 0; k < NR && c.center; ++k) stats_second<KX, IP>(c, nx + k, nxt, src, o + (NR + k) * n);
+    }
+    for (int k = 0; k < NR; ++k) st[k] = nx[k];
   }
 }
 
-// The forward of rows r0..r1: piped, in pairs, or one row at a time (fwd_rows, IP chosen by
+// The forward of rows r0..r1: piped, or a block of rows at a time (fwd_rows, IP chosen by
 // in_place: float32 rows are always read in place)
 template <int KX, int KY, bool ADD>
 void fwd_rows_any(const Config& c, const Src in, const Params& P, void* y, float* mean, float* rstd,
                   int64_t r0, int64_t r1) {
   if (piped<KX, KY>(c)) {
-    if (in_place<KX>(c.n)) {
-      fwd_rows_piped<KX, KY, ADD, true>(c, in, P, y, mean, rstd, r0, r1);
+    if (pipe_rows<KX>(c) == 2) {
+      fwd_rows_piped<KX, KY, ADD, true, 2>(c, in, P, y, mean, rstd, r0, r1);
+    } else if (in_place<KX>(c.n)) {
+      fwd_rows_piped<KX, KY, ADD, true, 1>(c, in, P, y, mean, rstd, r0, r1);
     } else if constexpr (KX != kF32) {  // (no scratch-row build for float32)
-      fwd_rows_piped<KX, KY, ADD, false>(c, in, P, y, mean, rstd, r0, r1);
+      fwd_rows_piped<KX, KY, ADD, false, 1>(c, in, P, y, mean, rstd, r0, r1);
     }
-  } else if (pairs<KX>(c)) {
-    fwd_rows<KX, KY, ADD, true, 2>(c, in, P, y, mean, rstd, r0, r1);
   } else if (KX == kF32 || in_place<KX>(c.n)) {
-    fwd_rows<KX, KY, ADD, true, 1>(c, in, P, y, mean, rstd, r0, r1);
+    fwd_rows<KX, KY, ADD, true>(c, in, P, y, mean, rstd, r0, r1);
   } else if constexpr (KX != kF32) {  // (no scratch-row build for float32)
-    fwd_rows<KX, KY, ADD, false, 1>(c, in, P, y, mean, rstd, r0, r1);
+    fwd_rows<KX, KY, ADD, false>(c, in, P, y, mean, rstd, r0, r1);
   }
 }
 
