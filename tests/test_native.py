@@ -477,12 +477,42 @@ def test_several_devices_keep_auto_on_xla() -> None:
     assert "REASON None" in done.stdout and "HLO False" in done.stdout, done.stdout
 
 
+def _fake_compiler(path: Any, version: str, log: Any) -> str:
+    """A stand-in C++ compiler: answers ``--version`` with ``version``, and for a build logs
+    the call and writes this session's real kernel library to its ``-o`` path (the build
+    machinery is under test here, not the compiler: a real build takes minutes)."""
+    real = _cpu._build()
+    path.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import shutil, sys
+        if "--version" in sys.argv:
+            print({version!r})
+            sys.exit(0)
+        with open({str(log)!r}, "a") as f:
+            f.write(" ".join(sys.argv[1:]) + "\\n")
+        shutil.copyfile({str(real)!r}, sys.argv[sys.argv.index("-o") + 1])
+        """))
+    path.chmod(0o755)
+    return str(path)
+
+
 def test_build_is_cached_and_keyed(tmp_path: Any) -> None:
-    a = _run("from jln.kernels import _cpu; print(_cpu._build())", JLN_CACHE_DIR=str(tmp_path))
-    b = _run("from jln.kernels import _cpu; print(_cpu._build())", JLN_CACHE_DIR=str(tmp_path))
+    cache, log = tmp_path / "cache", tmp_path / "builds.log"
+    build = "from jln.kernels import _cpu; print(_cpu._build())"
+    cxx = _fake_compiler(tmp_path / "cxx", "fake-c++ 1.0", log)
+    a = _run(build, CXX=cxx, JLN_CACHE_DIR=str(cache))
+    b = _run(build, CXX=cxx, JLN_CACHE_DIR=str(cache))
     assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
     assert a.stdout == b.stdout and a.stdout.strip().endswith(".so")
-    assert [p.name for p in tmp_path.iterdir()] == [os.path.basename(a.stdout.strip())]  # no temp files left
+    builds = log.read_text().splitlines()
+    assert len(builds) == 1, builds  # the second process found the first one's library
+    assert "-O3" in builds[0] and str(_cpu.SOURCE) in builds[0], builds
+    assert [p.name for p in cache.iterdir()] == [os.path.basename(a.stdout.strip())]  # no temp files left
+    # another compiler (its version) is another key: a build of its own beside the first
+    c = _run(build, CXX=_fake_compiler(tmp_path / "cxx2", "fake-c++ 2.0", log), JLN_CACHE_DIR=str(cache))
+    assert c.returncode == 0, c.stderr
+    assert c.stdout != a.stdout and len(log.read_text().splitlines()) == 2
+    assert sorted(p.name for p in cache.iterdir()) == sorted(os.path.basename(o.strip()) for o in (a.stdout, c.stdout))
 
 
 def test_tiny_outputs_match_xla_flush_to_zero() -> None:
