@@ -172,18 +172,28 @@ def test_in_flight_bounds_the_outputs_a_sample_holds() -> None:
 
 
 def test_time_interleaved_takes_turns() -> None:
-    # one sample of every implementation per round, the first of round r being the r-th
-    log: list[tuple[str, int]] = []
+    # one sample of every implementation per round, each round in a shuffled order of its own
+    # (seeded: the same every run), so over the rounds each implementation comes first and
+    # follows each other one
+    def run(reps: int) -> tuple[dict[str, tuple[int, int]], list[tuple[str, int]]]:
+        log: list[tuple[str, int]] = []
 
-    def timed(name: str) -> _bench.Timed:
-        return (lambda i: log.append((name, i)) or i, 2, lambda outs: None)
+        def timed(name: str) -> _bench.Timed:
+            return (lambda i: log.append((name, i)) or i, 2, lambda outs: None)
 
-    tms = _bench.time_interleaved({"a": timed("a"), "b": timed("b"), "c": timed("c")},
-                                  reps=4, warmup=1, min_sample_s=0.0)
-    assert {k: (t.samples, t.inner) for k, t in tms.items()} == {"a": (4, 1), "b": (4, 1), "c": (4, 1)}
-    timed_calls = log[6:]  # after a warm-up call and an estimate each
-    assert [name for name, _ in timed_calls] == list("abc" "bca" "cab" "abc")
-    assert [i for name, i in timed_calls if name == "b"] == [1, 0, 1, 0]  # buffers rotate per impl
+        tms = _bench.time_interleaved({k: timed(k) for k in "abcd"}, reps=reps, warmup=1, min_sample_s=0.0)
+        return {k: (t.samples, t.inner) for k, t in tms.items()}, log[8:]  # after a warm-up and an estimate each
+
+    counts, timed_calls = run(40)
+    assert counts == dict.fromkeys("abcd", (40, 1))
+    rounds = [[name for name, _ in timed_calls[4 * r: 4 * r + 4]] for r in range(40)]
+    assert all(sorted(r) == list("abcd") for r in rounds)
+    assert {r[0] for r in rounds} == set("abcd")
+    follows = {(r[i], r[i + 1]) for r in rounds for i in range(3)}
+    assert follows == {(u, v) for u in "abcd" for v in "abcd" if u != v}
+    assert len({tuple(r) for r in rounds}) > 4  # not one order rotated
+    assert [i for name, i in timed_calls if name == "b"][:4] == [1, 0, 1, 0]  # buffers rotate per impl
+    assert run(40)[1] == timed_calls  # seeded
 
 
 def test_same_data_across_impls() -> None:
