@@ -752,7 +752,8 @@ inline bool piped(const Config& c) {
 
 // Rows per step of a row pipeline (fwd_rows_piped): pairs for the common forwards of rows read
 // in place whose parameters are one row each (the rows of a step share them), under 1024 or
-// from kInterleaved wide; 1 otherwise. A pair's rows' reductions (chains of dependent
+// from kInterleaved wide, and (fwd_rows_any) whose y has x's dtype (a build of pairs for every
+// pair of dtypes took the library's build from 72 to 137 s); 1 otherwise. A pair's rows' reductions (chains of dependent
 // additions, a division and a square root) then overlap each other, and a step's latency is
 // spread over two rows. Rows kInterleaved or more wide are swept together, element by element
 // (one loop for both rows' first, second and output passes); shorter pairs run each row's
@@ -853,13 +854,13 @@ JLN_NOINLINE void out_first_t(const Config& c, const Src in, const void* src, co
   const float p[2] = {st[0].p, st[NR - 1].p}, m[2] = {st[0].m, st[NR - 1].m}, rs[2] = {st[0].rs, st[NR - 1].rs};
   const float pv0 = C ? src1<KX, ADD>(in, o2) : 0.0f;  // (the pivots)
   const float pv[2] = {pv0, C && NR == 2 ? src1<KX, ADD>(in, o2 + n) : pv0};
-  auto out = [&](int64_t j, int k) JLN_INLINE {  // row r + k's output at j, before its store
+  auto out = [&](int64_t j, int k) {  // row r + k's output at j, before its store
     vf v = row_vec<KX, IP>(t, src, o + k * n, j);
     if constexpr (C && IP) v = v - p[k];
     if (sub_m) v = v - m[k];
     return fused_out<KX, W, B, RW, MOD>(v, rs[k], q, j);
   };
-  auto out1 = [&](int64_t j, int k) JLN_INLINE {
+  auto out1 = [&](int64_t j, int k) {
     float v = row_1<KX, IP>(t, src, o + k * n, j);
     if constexpr (C && IP) v = v - p[k];
     if (sub_m) v = v - m[k];
@@ -867,37 +868,51 @@ JLN_NOINLINE void out_first_t(const Config& c, const Src in, const void* src, co
   };
   // row r + NR + k's term: x - pivot (center) or x (RMS, squared by the accumulation), also
   // kept in the scratch row t2 (!IP)
-  auto next = [&](int64_t j, int k) JLN_INLINE {
+  auto next = [&](int64_t j, int k) {
     prefetch_src<KX, ADD>(in, o2 + gap + k * n + j);
     const vf v = vsrc<KX, ADD>(in, o2 + k * n + j);
     const vf d = C ? vf(v - pv[k]) : v;
     if constexpr (!IP) std::memcpy(t2 + j, &d, sizeof(d));
     return d;
   };
-  auto acc = [](vf& a, vf d) JLN_INLINE { a = C ? a + d : vfma(d, d, a); };
+  auto acc = [](vf& a, vf d) { a = C ? a + d : vfma(d, d, a); };
   vf a0 = {}, a1 = {}, a2 = {}, a3 = {}, b0 = {}, b1 = {}, b2 = {}, b3 = {};
-  // every load of a step before its stores: rows 1024 floats wide lie 4 KiB apart, and a load
-  // after a store to the same address modulo 4 KiB waits for it
-  auto step = [&](int64_t j, vf& a, vf& b) JLN_INLINE {
-    if constexpr (NR == 2) {
+  int64_t j = 0;
+  if constexpr (NR == 2) {
+    // every load of a step before its stores: rows 1024 floats wide lie 4 KiB apart, and a load
+    // after a store to the same address modulo 4 KiB waits for it. (Inlined by force: left to
+    // itself the compiler called it, 0.5x; forced for NR = 1 too, the library's build took
+    // 137 s rather than 72.)
+    auto step = [&](int64_t j, vf& a, vf& b) JLN_INLINE {
       const vf d0 = next(j, 0), d1 = next(j, 1), y0 = out(j, 0), y1 = out(j, 1);
       acc(a, d0);
       acc(b, d1);
       vstore<KY>(y, o + j, y0);
       vstore<KY>(y, o + n + j, y1);
-    } else {
-      acc(a, next(j, 0));
+    };
+    for (; j + 4 * V <= n; j += 4 * V) {
+      step(j, a0, b0);
+      step(j + V, a1, b1);
+      step(j + 2 * V, a2, b2);
+      step(j + 3 * V, a3, b3);
+    }
+    for (; j + V <= n; j += V) step(j, a0, b0);
+  } else {
+    for (; j + 4 * V <= n; j += 4 * V) {
+      acc(a0, next(j, 0));
+      vstore<KY>(y, o + j, out(j, 0));
+      acc(a1, next(j + V, 0));
+      vstore<KY>(y, o + j + V, out(j + V, 0));
+      acc(a2, next(j + 2 * V, 0));
+      vstore<KY>(y, o + j + 2 * V, out(j + 2 * V, 0));
+      acc(a3, next(j + 3 * V, 0));
+      vstore<KY>(y, o + j + 3 * V, out(j + 3 * V, 0));
+    }
+    for (; j + V <= n; j += V) {
+      acc(a0, next(j, 0));
       vstore<KY>(y, o + j, out(j, 0));
     }
-  };
-  int64_t j = 0;
-  for (; j + 4 * V <= n; j += 4 * V) {
-    step(j, a0, b0);
-    step(j + V, a1, b1);
-    step(j + 2 * V, a2, b2);
-    step(j + 3 * V, a3, b3);
   }
-  for (; j + V <= n; j += V) step(j, a0, b0);
   float tail[2] = {0, 0};
   for (; j < n; ++j) {
     for (int k = 0; k < NR; ++k) {
@@ -1017,8 +1032,8 @@ template <int KX, int KY, bool ADD>
 void fwd_rows_any(const Config& c, const Src in, const Params& P, void* y, float* mean, float* rstd,
                   int64_t r0, int64_t r1) {
   if (piped<KX, KY>(c)) {
-    if (pipe_rows<KX>(c) == 2) {
-      fwd_rows_piped<KX, KY, ADD, true, 2>(c, in, P, y, mean, rstd, r0, r1);
+    if (KX == KY && pipe_rows<KX>(c) == 2) {
+      if constexpr (KX == KY) fwd_rows_piped<KX, KY, ADD, true, 2>(c, in, P, y, mean, rstd, r0, r1);
     } else if (in_place<KX>(c.n)) {
       fwd_rows_piped<KX, KY, ADD, true, 1>(c, in, P, y, mean, rstd, r0, r1);
     } else if constexpr (KX != kF32) {  // (no scratch-row build for float32)
