@@ -341,7 +341,8 @@ struct Config {
   int64_t per[kParams];  // rows per parameter group
   // the parameter group of row r; one group for all rows (the usual case) needs no division
   // (per row, the divisions took about 4% of a 256-wide bfloat16 forward, measured)
-  int64_t group(int k, int64_t r) const { return per[k] == rows ? 0 : r / per[k]; }
+  bool one_group(int k) const { return per[k] == rows; }
+  int64_t group(int k, int64_t r) const { return one_group(k) ? 0 : r / per[k]; }
   // the fused single-sweep forward and the fused backward apply (rows of dtype kx): simple, or
   // an RMSNorm with a scale and no bias whose only extra step is rounding h to x's own
   // precision before the scale (llama, t5) or gemma's 1 + w (see rms_weigh)
@@ -751,9 +752,9 @@ inline bool piped(const Config& c) {
 }
 
 // Rows per step of a row pipeline (fwd_rows_piped): pairs for the common forwards of rows read
-// in place whose parameters are one row each (the rows of a step share them), under 1024 or
-// from kInterleaved wide, and (fwd_rows_any) whose y has x's dtype (a build of pairs for every
-// pair of dtypes took the library's build from 72 to 137 s); 1 otherwise. A pair's rows' reductions (chains of dependent
+// in place whose parameters are one row each (the rows of a step share them) and whose y has
+// x's dtype (pairs for every pair of dtypes took the library's build from 72 to 137 s), under
+// 1024 or from kInterleaved wide; 1 otherwise. A pair's rows' reductions (chains of dependent
 // additions, a division and a square root) then overlap each other, and a step's latency is
 // spread over two rows. Rows kInterleaved or more wide are swept together, element by element
 // (one loop for both rows' first, second and output passes); shorter pairs run each row's
@@ -765,12 +766,13 @@ inline bool piped(const Config& c) {
 // at 256, 1.07-1.23x at 4096 and 16384; bfloat16 (in place from 4096 wide) 1.00-1.11x. At 1024
 // wide pairs in turn ran 0.89-0.99x, and one row a step stays.
 constexpr int64_t kInterleaved = 4096;
-template <int KX>
+template <int KX, int KY>
 inline int pipe_rows(const Config& c) {
+  if (KX != KY || !in_place<KX>(c.n) || !c.fused(KX) || (c.n >= 1024 && c.n < kInterleaved)) return 1;
   for (int k = 0; k < kParams; ++k) {
-    if (c.has[k] && c.per[k] != c.rows) return 1;
+    if (c.has[k] && !c.one_group(k)) return 1;
   }
-  return in_place<KX>(c.n) && c.fused(KX) && (c.n < 1024 || c.n >= kInterleaved) ? 2 : 1;
+  return 2;
 }
 
 // The parameter rows of the rows a forward sweeps, row by row; the modulation factor (see
@@ -836,9 +838,9 @@ void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* me
 }
 
 // One sweep over NR rows and the NR rows after them, read in place or (NR = 1) from scratch
-// rows: the output of rows r..r+NR-1 (offset o, statistics st[k], parameter rows rp[k]) and the
-// first statistics pass of rows r+NR..r+2NR-1, whose statistics (center: the pivot and the mean
-// about it; RMS: rstd) it writes to nx. The next rows' loads (from memory) and these rows'
+// rows: the output of rows r..r+NR-1 (offset o, statistics st[k], their shared parameter rows
+// rp) and the first statistics pass of the NR rows `gap` elements on (the next step's), whose
+// statistics (center: the pivot and the mean about it; RMS: rstd) it writes to nx. The next rows' loads (from memory) and these rows'
 // stores then stream side by side, as in a copy, and the rows' arithmetic is independent, so
 // none waits for another; the source rows after the next ones are hinted into cache on the
 // way. Specialized on (center, scale, bias), RW and MOD as simple_out_t; each row's sum is
@@ -1032,7 +1034,7 @@ template <int KX, int KY, bool ADD>
 void fwd_rows_any(const Config& c, const Src in, const Params& P, void* y, float* mean, float* rstd,
                   int64_t r0, int64_t r1) {
   if (piped<KX, KY>(c)) {
-    if (KX == KY && pipe_rows<KX>(c) == 2) {
+    if (pipe_rows<KX, KY>(c) == 2) {
       if constexpr (KX == KY) fwd_rows_piped<KX, KY, ADD, true, 2>(c, in, P, y, mean, rstd, r0, r1);
     } else if (in_place<KX>(c.n)) {
       fwd_rows_piped<KX, KY, ADD, true, 1>(c, in, P, y, mean, rstd, r0, r1);
