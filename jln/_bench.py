@@ -1,24 +1,30 @@
 """Benchmark machinery shared by ``jln bench`` and the suites in ``bench/``.
 
 Norms are memory-bound, so every timing is also reported as effective bandwidth and as a
-percentage of a copy of the same bytes measured in the same run (the floor: an elementwise
-XLA copy, or torch's device-to-device copy when torch runs on the GPU and is faster).
+percentage of a copy of the same bytes measured in the same run (the floor: the faster of an
+elementwise XLA copy and, when torch is among the implementations, torch's ``copy_`` on the
+same device).
 
 * Bytes moved (the minimum any implementation must move, :func:`bytes_moved`): forward reads
   x and writes y, ``2·M·N·b``; forward+backward reads x and dy and writes dx, ``3·M·N·b``; the
   fused residual add doubles both (it also reads the residual and writes the sum). Per-feature
   parameters and per-row statistics are ignored (``O(N + M)``).
 * Timing (:func:`time_interleaved`): warm-up, then the median of ``reps`` samples; a sample
-  runs ``inner`` back-to-back calls rotating over several input buffers (so the working set
-  exceeds the last-level cache) and blocks once, at its end (on a CPU it holds at most
+  runs ``inner`` back-to-back calls rotating over several input buffers (enough that each
+  input array alone spans four times the last-level cache, :func:`buffer_sets`, so no call
+  finds its x in cache) and blocks once, at its end (on a CPU it holds at most
   :data:`CPU_IN_FLIGHT` calls unfinished, blocking on the oldest: none, so each call is synced
   before the next is issued). The implementations of one case
   (op, shape, dtype, direction) and the copy are sampled in turns, one sample each per round,
   so a machine whose speed drifts (a shared host, a throttling chip) shifts them alike and
   their ratios hold; each round's order is a seeded shuffle, so no implementation always
   follows the same other. Compilation is timed separately.
-* The floor: ``-x`` over the same buffers (2·M·N·b), timed once per shape and again in turns
-  with every case; a record's ``pct_of_copy`` uses the faster of the two copy timings.
+* The floor: a copy of the same buffers (2·M·N·b): XLA's ``-x`` and, with torch, torch's
+  ``copy_`` into one destination (as XLA's output reuses one allocation), the faster of the
+  two; timed once per shape and again in turns with every case, and a record's
+  ``pct_of_copy`` uses the faster of the two copy timings. XLA's bfloat16 ``-x`` on a CPU
+  widens every element and runs at under half the memory's speed (12.5-14.8 GB/s against
+  torch's 23-25 GB/s, one EPYC core), so without torch's copy a CPU bfloat16 floor flatters.
 * Saved residuals (:func:`residual_bytes_per_elem`): the arrays ``jax.vjp`` keeps for the
   backward pass, from the leaves of its ``vjp`` function (shapes only, nothing runs); arrays
   with fewer than N elements (per-row statistics, small parameters) are left out, as they
@@ -271,6 +277,19 @@ def versions() -> dict[str, str | None]:
     return out
 
 
+def buffer_sets(array_bytes: int, max_sets: int, cache_bytes: int | None = None) -> int:
+    """How many input sets a case rotates over: enough that one input array's copies alone span
+    four times the last-level cache (``cache_bytes``, by default :func:`last_level_cache_bytes`),
+    so each call reads its inputs from memory, at least 2 and at most ``max_sets``.
+
+    (A forward reads only x; sizing by all of a set's arrays together left x's rotation at one
+    times the cache for float32 and half of it for bfloat16: one EPYC core, 1048576 elements, 8
+    sets.)
+    """
+    flush = 4 * (last_level_cache_bytes() if cache_bytes is None else cache_bytes)
+    return int(min(max_sets, max(2, math.ceil(flush / max(1, array_bytes)))))
+
+
 def make_data(rows: int, width: int, dtype: Any, n_buffers: int, seed: int = 0) -> dict[str, Any]:
     """Random inputs on the default device: ``n_buffers`` sets of the large arrays, shared params.
 
@@ -331,7 +350,7 @@ class Config:
     reps: int = 15
     warmup: int = 2
     min_sample_s: float = 2e-3
-    max_buffers: int = 8
+    max_buffers: int = 64
     budget_s: float | None = None
     compile_budget_s: float = 120.0
     torch_threads: int | None = None
@@ -431,21 +450,29 @@ class _Runner:
 
     # -- torch ---------------------------------------------------------------------------
 
-    def torch_case(self, op: str, compile_: bool, direction: str, data: dict[str, Any]) -> dict[str, Any]:
+    def _torch(self) -> Any:
+        """torch, with ``--torch-threads`` applied."""
         import torch
 
-        tf = impls.torch_op(op)
         if self.cfg.torch_threads:
             torch.set_num_threads(self.cfg.torch_threads)
+        return torch
+
+    def _to_torch(self, a: Any) -> Any:
+        """A JAX array as a torch tensor on the torch device (shared through dlpack where it can)."""
+        torch = self._torch()
+        try:
+            t = torch.from_dlpack(a)
+        except Exception:  # noqa: BLE001 - any dlpack failure falls back to a host copy
+            t = torch.from_numpy(np.asarray(a, np.float32)).to(getattr(torch, str(a.dtype)))
+        return t.to(self.torch_device)
+
+    def torch_case(self, op: str, compile_: bool, direction: str, data: dict[str, Any]) -> dict[str, Any]:
+        torch = self._torch()
+        tf = impls.torch_op(op)
         dev = self.torch_device
         n = len(data["sets"])
-
-        def to_t(a: Any) -> Any:
-            try:
-                t = torch.from_dlpack(a)
-            except Exception:  # noqa: BLE001 - any dlpack failure falls back to a host copy
-                t = torch.from_numpy(np.asarray(a, np.float32)).to(getattr(torch, str(a.dtype)))
-            return t.to(dev)
+        to_t = self._to_torch
 
         inputs = []
         for i in range(n):
@@ -505,9 +532,7 @@ class _Runner:
             itemsize = jnp.dtype(dtype).itemsize
             for width in c.widths:
                 rows = c.rows_for(width)
-                set_bytes = 4 * rows * width * itemsize  # x, residual, dy, ds
-                flush = 4 * last_level_cache_bytes()
-                n = int(min(c.max_buffers, max(2, math.ceil(flush / set_bytes))))
+                n = buffer_sets(rows * width * itemsize, c.max_buffers)
                 data = make_data(rows, width, dtype, n, c.seed)
                 copy_gbps = self.copy_case(rows, width, dtype, data)
                 for op in c.ops:
@@ -517,20 +542,20 @@ class _Runner:
 
     def copy_case(self, rows: int, width: int, dtype: str, data: dict[str, Any]) -> float | None:
         """The floor: an elementwise copy of x's bytes (read x, write y) through XLA and, when
-        torch runs on the GPU, torch's device-to-device copy; the faster one is the floor (and
-        is re-timed after each case)."""
+        torch is among the implementations, torch's ``copy_`` on its device; the faster one is
+        the floor (and is re-timed after each case)."""
         self.progress(f"copy {rows}x{width} {dtype}")
         key = _case_key("copy", "copy", rows, width, dtype, "fwd")
         xs = [s["x"] for s in data["sets"]]
         compiled = jax.jit(lambda x: -x).lower(xs[0]).compile()
         calls: dict[str, tuple[Callable[[int], Any], Callable[[Any], Any]]] = {
             "xla": (lambda i: compiled(xs[i]), jax.block_until_ready)}
-        if self.torch_device == "cuda":
-            import torch
-
-            srcs = [torch.from_dlpack(x) for x in xs]
-            dsts = [torch.empty_like(t) for t in srcs]
-            calls["torch"] = (lambda i: dsts[i].copy_(srcs[i]), lambda _: torch.cuda.synchronize())
+        if self.torch_device is not None:
+            torch = self._torch()
+            srcs = [self._to_torch(x) for x in xs]
+            dst = torch.empty_like(srcs[0])  # one destination: XLA's output reuses one allocation
+            sync = (lambda _: torch.cuda.synchronize()) if self.torch_device == "cuda" else (lambda _: None)
+            calls["torch"] = (lambda i: dst.copy_(srcs[i]), sync)
         nbytes = 2 * rows * width * jnp.dtype(dtype).itemsize
         by = self.timing({name: (call, len(xs), sync) for name, (call, sync) in calls.items()})
         via = min(by, key=lambda name: by[name].median_s)
@@ -699,8 +724,8 @@ def markdown(
         "on a single-device CPU, the Pallas kernels on a GPU, where they apply; else XLA), "
         "*jln-xla* forces the XLA path, *jln-pallas* the Pallas kernels. *% copy* is jln's "
         "effective bandwidth as a share of a copy of the same bytes in the same run (100% = at "
-        "the memory floor; the faster of an elementwise XLA copy and, on GPUs, torch's "
-        "device-to-device copy). *B/elem* is what reverse mode saves for the backward pass per "
+        "the memory floor; the faster of an elementwise XLA copy and torch's `copy_` on the same "
+        "device, over input buffers spanning four times the last-level cache). *B/elem* is what reverse mode saves for the backward pass per "
         "input element, jln / flax. Directions: *fwd* the forward, *bwd* the reverse pass alone "
         "from saved residuals, *fwd+bwd* both in one call; *bwd* and *fwd+bwd* count the "
         "backward's bytes (read x and dy, write dx).",

@@ -63,6 +63,31 @@ def test_json_schema(tiny_report: dict) -> None:
         assert any(s["impl"] == "jln-pallas" and "natively" in s["reason"] for s in tiny_report["skipped"])
 
 
+def test_copy_floor_is_the_faster_copy(tiny_report: dict) -> None:
+    # torch is among the impls, so the floor times torch's copy_ beside XLA's -x, on a CPU too
+    copies = [r for r in tiny_report["results"] if r["impl"] == "copy"]
+    assert copies
+    for r in copies:
+        assert {"xla_gbps", "torch_gbps"} <= set(r), r
+        assert r["via"] in ("xla", "torch")
+        assert r["gbps"] == pytest.approx(max(r["xla_gbps"], r["torch_gbps"]), rel=1e-12)
+        assert r["gbps"] == pytest.approx(r[f"{r['via']}_gbps"], rel=1e-12)
+
+
+def test_buffer_sets_span_four_caches_per_array() -> None:
+    mib = 1 << 20
+    # each input array alone spans 4x the cache: a 4 MiB x against a 32 MiB cache takes 32 sets
+    assert _bench.buffer_sets(4 * mib, 64, cache_bytes=32 * mib) == 32
+    assert _bench.buffer_sets(2 * mib, 64, cache_bytes=32 * mib) == 64
+    assert _bench.buffer_sets(3 * mib, 64, cache_bytes=32 * mib) == 43  # rounded up
+    assert _bench.buffer_sets(1 * mib, 64, cache_bytes=32 * mib) == 64  # capped
+    assert _bench.buffer_sets(1 * mib, 8, cache_bytes=32 * mib) == 8
+    assert _bench.buffer_sets(256 * mib, 64, cache_bytes=32 * mib) == 2  # at least two
+    for array in (mib, 3 * mib, 5 * mib, 40 * mib):
+        n = _bench.buffer_sets(array, 10_000, cache_bytes=32 * mib)
+        assert n * array >= 4 * 32 * mib and (n == 2 or (n - 1) * array < 4 * 32 * mib)
+
+
 def test_report_files(tiny_report: dict) -> None:
     import pathlib
 

@@ -26,7 +26,6 @@ QUICK = dict(
     reps=7,
     warmup=1,
     min_sample_s=1e-3,
-    max_buffers=4,
 )
 
 
