@@ -478,41 +478,95 @@ def test_several_devices_keep_auto_on_xla() -> None:
 
 
 def _fake_compiler(path: Any, version: str, log: Any) -> str:
-    """A stand-in C++ compiler: answers ``--version`` with ``version``, and for a build logs
-    the call and writes this session's real kernel library to its ``-o`` path (the build
-    machinery is under test here, not the compiler: a real build takes minutes)."""
+    """A stand-in C++ compiler: answers ``--version`` with ``version``; for a build logs the
+    call, writes a stand-in object file for a compile (``-c``) and, for the link, this
+    session's real kernel library to its ``-o`` path (the build machinery is under test here,
+    not the compiler: a real build takes minutes)."""
     real = _cpu._build()
     path.write_text(textwrap.dedent(f"""\
         #!{sys.executable}
-        import shutil, sys
+        import shutil, sys, time
         if "--version" in sys.argv:
             print({version!r})
             sys.exit(0)
         with open({str(log)!r}, "a") as f:
             f.write(" ".join(sys.argv[1:]) + "\\n")
-        shutil.copyfile({str(real)!r}, sys.argv[sys.argv.index("-o") + 1])
+        out = sys.argv[sys.argv.index("-o") + 1]
+        if "-c" in sys.argv:
+            time.sleep(1.0)  # long enough for a second builder to find the first one's lock held
+            with open(out, "w") as f:
+                f.write("object " + " ".join(a for a in sys.argv if a.startswith("-DJLN_")))
+        else:
+            assert all(open(o).read().startswith("object") for o in sys.argv if o.endswith(".o"))
+            shutil.copyfile({str(real)!r}, out)
         """))
     path.chmod(0o755)
     return str(path)
+
+
+def _builds(log: Any) -> list[list[str]]:
+    """The logged compiler calls, one list of compile calls (ending with its link) per build."""
+    out: list[list[str]] = [[]]
+    for line in log.read_text().splitlines():
+        out[-1].append(line)
+        if "-shared" in line.split():
+            out.append([])
+    return out[:-1] if not out[-1] else out
 
 
 def test_build_is_cached_and_keyed(tmp_path: Any) -> None:
     cache, log = tmp_path / "cache", tmp_path / "builds.log"
     build = "from jln.kernels import _cpu; print(_cpu._build())"
     cxx = _fake_compiler(tmp_path / "cxx", "fake-c++ 1.0", log)
-    a = _run(build, CXX=cxx, JLN_CACHE_DIR=str(cache))
-    b = _run(build, CXX=cxx, JLN_CACHE_DIR=str(cache))
-    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
-    assert a.stdout == b.stdout and a.stdout.strip().endswith(".so")
-    builds = log.read_text().splitlines()
-    assert len(builds) == 1, builds  # the second process found the first one's library
-    assert "-O3" in builds[0] and str(_cpu.SOURCE) in builds[0], builds
-    assert [p.name for p in cache.iterdir()] == [os.path.basename(a.stdout.strip())]  # no temp files left
+    env = dict(CXX=cxx, JLN_CACHE_DIR=str(cache))
+    # two processes at once: one builds while the other waits for its lock, then loads its library
+    procs = [subprocess.Popen([sys.executable, "-c", build], env={**os.environ, "JAX_PLATFORMS": "cpu", **env}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+    a = _run(build, **env)  # and a later process finds it built
+    assert a.returncode == 0, a.stderr
+    assert outs[0][0] == outs[1][0] == a.stdout and a.stdout.strip().endswith(".so")
+    builds = _builds(log)
+    assert len(builds) == 1, builds  # one build for the three processes
+    *compiles, link = builds[0]
+    # each part once, with the kernel flags, then one link of all of them
+    assert sorted(" ".join(w for w in c.split() if w.startswith("-DJLN_")) for c in compiles) == sorted(
+        " ".join(("-DJLN_SPLIT", *part)) for part in _cpu.PARTS)
+    for c in compiles:
+        assert all(f in c.split() for f in _cpu.FLAGS) and str(_cpu.SOURCE) in c and " -c " in c, c
+    objs = [c.split()[c.split().index("-o") + 1] for c in compiles]
+    assert sorted(w for w in link.split() if w.endswith(".o")) == sorted(objs)
+    library = os.path.basename(a.stdout.strip())
+    assert sorted(p.name for p in cache.iterdir()) == [".locks", library]  # no temp files left
     # another compiler (its version) is another key: a build of its own beside the first
     c = _run(build, CXX=_fake_compiler(tmp_path / "cxx2", "fake-c++ 2.0", log), JLN_CACHE_DIR=str(cache))
     assert c.returncode == 0, c.stderr
-    assert c.stdout != a.stdout and len(log.read_text().splitlines()) == 2
-    assert sorted(p.name for p in cache.iterdir()) == sorted(os.path.basename(o.strip()) for o in (a.stdout, c.stdout))
+    assert c.stdout != a.stdout and len(_builds(log)) == 2
+    assert sorted(p.name for p in cache.iterdir()) == sorted([".locks", library, os.path.basename(c.stdout.strip())])
+
+
+def test_build_failure_names_the_part(tmp_path: Any) -> None:
+    # a compiler error reaches the caller with the part it broke in and the compiler's message,
+    # and no library or temp files are left behind
+    cxx = tmp_path / "cxx"
+    cxx.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import sys
+        if "--version" in sys.argv:
+            print("broken-c++ 1.0")
+            sys.exit(0)
+        if "-DJLN_MAIN" in sys.argv:
+            sys.stderr.write("cpu_norm.cc:1:1: error: no handlers today\\n")
+            sys.exit(1)
+        open(sys.argv[sys.argv.index("-o") + 1], "w").write("object")
+        """))
+    cxx.chmod(0o755)
+    cache = tmp_path / "cache"
+    done = _run("from jln.kernels import _cpu; _cpu._build()", CXX=str(cxx), JLN_CACHE_DIR=str(cache))
+    assert done.returncode != 0
+    assert "(-DJLN_MAIN) failed" in done.stderr and "no handlers today" in done.stderr, done.stderr[-2000:]
+    assert sorted(p.name for p in cache.iterdir()) == [".locks"]
 
 
 def test_tiny_outputs_match_xla_flush_to_zero() -> None:

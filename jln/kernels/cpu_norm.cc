@@ -54,7 +54,16 @@
 
 namespace ffi = xla::ffi;
 
+// One translation unit, or (JLN_SPLIT, how jln/kernels/_cpu.py builds it) several compiled in
+// parallel and linked into one library: the part with JLN_MAIN holds the FFI handlers, and
+// the part with JLN_KX and JLN_KY the bodies of one (x dtype, y dtype) pair's forward and
+// backward. Split, the kernels live in a named namespace of hidden visibility (the parts call
+// each other, and the library exports only the handlers); whole, in an anonymous one.
+#ifdef JLN_SPLIT
+namespace __attribute__((visibility("hidden"))) jln_cpu {
+#else
 namespace {
+#endif
 
 enum Kind : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
 
@@ -1283,7 +1292,7 @@ void parallel_rows(ffi::ThreadPool& pool, int64_t rows, int64_t n, int64_t worke
   while (st->done.load(std::memory_order_acquire) < nchunks) std::this_thread::yield();
 }
 
-int kind_of(ffi::DataType t) {
+inline int kind_of(ffi::DataType t) {
   switch (t) {
     case ffi::DataType::F32:
       return kF32;
@@ -1296,7 +1305,7 @@ int kind_of(ffi::DataType t) {
   }
 }
 
-int64_t workers_of(ffi::ThreadPool& pool, const Config& c) {
+inline int64_t workers_of(ffi::ThreadPool& pool, const Config& c) {
   const int64_t pool_size = std::max<int64_t>(1, pool.num_threads());
   return c.threads > 0 ? std::min<int64_t>(pool_size, c.threads) : pool_size;
 }
@@ -1312,49 +1321,67 @@ ffi::Error dispatch2(int kx, int ky, A&&... args) {
   return ffi::Error::InvalidArgument("jln native CPU kernels take float32, bfloat16 or float16");
 }
 
+// A (x dtype, y dtype) pair's forward and backward over all rows, on the intra-op pool.
 template <int KX, int KY>
 struct Fwd {
   static ffi::Error run(ffi::ThreadPool& pool, const Config& c, const Src in, const Params& P,
-                        void* y, float* mean, float* rstd) {
-    parallel_rows(pool, c.rows, c.n, workers_of(pool, c), [=, &c, &P](int64_t r0, int64_t r1, int64_t) {
-      if (in.r) {
-        fwd_rows_any<KX, KY, true>(c, in, P, y, mean, rstd, r0, r1);
-      } else {
-        fwd_rows_any<KX, KY, false>(c, in, P, y, mean, rstd, r0, r1);
-      }
-    });
-    return ffi::Error::Success();
-  }
+                        void* y, float* mean, float* rstd);
 };
-
 template <int KX, int KY>
 struct Bwd {
   static ffi::Error run(ffi::ThreadPool& pool, const Config& c, const void* ct, const void* x,
                         const Params& P, const float* mean, const float* rstd, void* dx,
-                        float* const* dp) {
-    const int64_t workers = workers_of(pool, c);
-    std::vector<Grads> partial(size_t(std::max<int64_t>(1, workers)));
-    for (auto& part : partial) {
-      for (int k = 0; k < kParams; ++k) {
-        if (c.has[k]) part.d[k].assign(size_t((c.rows / c.per[k]) * c.n), 0.0);
-      }
-    }
-    Grads* parts = partial.data();
-    parallel_rows(pool, c.rows, c.n, workers, [=, &c, &P](int64_t r0, int64_t r1, int64_t s) {
-      bwd_rows<KX, KY>(c, ct, x, P, mean, rstd, dx, parts + s, r0, r1);
-    });
-    for (int k = 0; k < kParams; ++k) {
-      if (!c.has[k]) continue;
-      const int64_t size = (c.rows / c.per[k]) * c.n;
-      for (int64_t i = 0; i < size; ++i) {
-        double total = 0;
-        for (auto& part : partial) total += part.d[k][size_t(i)];
-        dp[k][i] = float(total);
-      }
-    }
-    return ffi::Error::Success();
-  }
+                        float* const* dp);
 };
+
+#if !defined(JLN_SPLIT) || defined(JLN_KX)
+template <int KX, int KY>
+ffi::Error Fwd<KX, KY>::run(ffi::ThreadPool& pool, const Config& c, const Src in, const Params& P, void* y,
+                            float* mean, float* rstd) {
+  parallel_rows(pool, c.rows, c.n, workers_of(pool, c), [=, &c, &P](int64_t r0, int64_t r1, int64_t) {
+    if (in.r) {
+      fwd_rows_any<KX, KY, true>(c, in, P, y, mean, rstd, r0, r1);
+    } else {
+      fwd_rows_any<KX, KY, false>(c, in, P, y, mean, rstd, r0, r1);
+    }
+  });
+  return ffi::Error::Success();
+}
+
+template <int KX, int KY>
+ffi::Error Bwd<KX, KY>::run(ffi::ThreadPool& pool, const Config& c, const void* ct, const void* x,
+                            const Params& P, const float* mean, const float* rstd, void* dx,
+                            float* const* dp) {
+  const int64_t workers = workers_of(pool, c);
+  std::vector<Grads> partial(size_t(std::max<int64_t>(1, workers)));
+  for (auto& part : partial) {
+    for (int k = 0; k < kParams; ++k) {
+      if (c.has[k]) part.d[k].assign(size_t((c.rows / c.per[k]) * c.n), 0.0);
+    }
+  }
+  Grads* parts = partial.data();
+  parallel_rows(pool, c.rows, c.n, workers, [=, &c, &P](int64_t r0, int64_t r1, int64_t s) {
+    bwd_rows<KX, KY>(c, ct, x, P, mean, rstd, dx, parts + s, r0, r1);
+  });
+  for (int k = 0; k < kParams; ++k) {
+    if (!c.has[k]) continue;
+    const int64_t size = (c.rows / c.per[k]) * c.n;
+    for (int64_t i = 0; i < size; ++i) {
+      double total = 0;
+      for (auto& part : partial) total += part.d[k][size_t(i)];
+      dp[k][i] = float(total);
+    }
+  }
+  return ffi::Error::Success();
+}
+#endif
+
+#if defined(JLN_SPLIT) && defined(JLN_KX)
+template struct Fwd<JLN_KX, JLN_KY>;
+template struct Bwd<JLN_KX, JLN_KY>;
+#endif
+
+#if !defined(JLN_SPLIT) || defined(JLN_MAIN)
 
 struct NormAttrs {
   float eps, offset;
@@ -1482,7 +1509,13 @@ ffi::Error NormBwd(ffi::ThreadPool pool, ffi::AnyBuffer ct, ffi::AnyBuffer x, ff
                         static_cast<const float*>(rstd.untyped_data()), dx->untyped_data(), dp);
 }
 
+#endif  // JLN_MAIN
 }  // namespace
+
+#if !defined(JLN_SPLIT) || defined(JLN_MAIN)
+#ifdef JLN_SPLIT
+using namespace jln_cpu;
+#endif
 
 // Attributes travel as one dictionary, decoded into NormAttrs by name.
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(NormAttrs, ::xla::ffi::StructMember<float>("eps"),
@@ -1546,3 +1579,4 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JlnNormBwd, NormBwd,
                                   .Ret<ffi::AnyBuffer>()   // dbias
                                   .Ret<ffi::AnyBuffer>()   // dshift
                                   .Ret<ffi::AnyBuffer>());  // dmscale
+#endif  // JLN_MAIN
