@@ -11,7 +11,9 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -544,6 +546,32 @@ def test_build_is_cached_and_keyed(tmp_path: Any) -> None:
     assert c.returncode == 0, c.stderr
     assert c.stdout != a.stdout and len(_builds(log)) == 2
     assert sorted(p.name for p in cache.iterdir()) == sorted([".locks", library, os.path.basename(c.stdout.strip())])
+
+
+def test_build_prunes_libraries_unused_for_a_month(tmp_path: Any) -> None:
+    cache, log = tmp_path / "cache", tmp_path / "builds.log"
+    cache.mkdir()
+    (cache / ".locks").mkdir()
+    day = 24 * 3600
+    now = time.time()
+    old, recent, other = cache / "jln_cpu_norm-0123456789abcdef.so", cache / "jln_cpu_norm-fedcba9876543210.so", cache / "notes.txt"
+    old_lock = cache / ".locks" / "0123456789abcdef.lock"
+    for path, age in ((old, 31), (recent, 29), (other, 400), (old_lock, 31)):
+        path.write_text("stand-in")
+        os.utime(path, (now - age * day, now - age * day))
+    build = "from jln.kernels import _cpu; print(_cpu._build())"
+    env = dict(CXX=_fake_compiler(tmp_path / "cxx", "fake-c++ 1.0", log), JLN_CACHE_DIR=str(cache))
+    a = _run(build, **env)
+    assert a.returncode == 0, a.stderr
+    lib = Path(a.stdout.strip())
+    assert not old.exists() and not old_lock.exists()  # unused for 31 days: deleted with its lock
+    assert recent.exists() and other.exists() and lib.exists()  # 29 days, not a library, the new one
+    # using a library marks it used: an old one that a process loads is kept
+    os.utime(lib, (now - 40 * day, now - 40 * day))
+    b = _run(build, **env)
+    assert b.returncode == 0 and b.stdout == a.stdout, b.stderr
+    assert now - lib.stat().st_mtime < day
+    assert len(_builds(log)) == 1
 
 
 def test_build_failure_names_the_part(tmp_path: Any) -> None:

@@ -52,6 +52,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -165,11 +166,11 @@ def _build() -> Path:
                    include, platform.machine(), _cpu_signature()]).encode()
     ).hexdigest()[:16]
     out = _cache_dir() / f"jln_cpu_norm-{key}.so"
-    if out.exists():
+    if _touch(out):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     with _build_lock(_cache_dir() / ".locks" / f"{key}.lock"):
-        if out.exists():  # built by another process while this one waited
+        if _touch(out):  # built by another process while this one waited
             return out
         tmpdir = tempfile.mkdtemp(prefix=".build-", dir=out.parent)
         try:
@@ -182,7 +183,36 @@ def _build() -> Path:
             os.replace(lib, out)  # atomic: a reader sees no library or the whole one
         finally:
             shutil.rmtree(tmpdir, ignore_errors=True)
+    _prune(out)
     return out
+
+
+#: A cached library no process has used for this long is deleted when another one is built
+#: (each source, compiler, jaxlib or CPU change builds a new one, about 5 MB).
+PRUNE_AFTER_S = 30 * 24 * 3600
+
+
+def _touch(lib: Path) -> bool:
+    """Whether ``lib`` exists; if it does, its modification time becomes now (its last use)."""
+    try:
+        os.utime(lib)
+    except FileNotFoundError:
+        return False
+    except OSError:  # a read-only cache: the library is there, its age stays
+        return lib.exists()
+    return True
+
+
+def _prune(keep: Path) -> None:
+    """Delete the cache's other libraries (and their lock files) unused for :data:`PRUNE_AFTER_S`."""
+    now = time.time()
+    for old in keep.parent.glob("jln_cpu_norm-*.so"):
+        try:
+            if old != keep and now - old.stat().st_mtime > PRUNE_AFTER_S:
+                old.unlink()
+                (keep.parent / ".locks" / f"{old.stem.removeprefix('jln_cpu_norm-')}.lock").unlink(missing_ok=True)
+        except OSError:  # another user's file, or pruned by another process meanwhile
+            pass
 
 
 _LOCK = threading.Lock()
