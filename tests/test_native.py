@@ -608,3 +608,24 @@ def test_tiny_outputs_match_xla_flush_to_zero() -> None:
             a, c = f("native"), f("xla")
             assert a.dtype == c.dtype == jnp.bfloat16
             np.testing.assert_array_equal(np.asarray(a.astype(jnp.float32)), np.asarray(c.astype(jnp.float32)))
+
+
+def test_float16_subnormal_outputs_match_xla() -> None:
+    # float16's subnormals (below 2**-14, about 6e-5) are ordinary float32 numbers: a small
+    # scale puts many outputs there, and the kernels' vector conversions must round them as
+    # the XLA path does, forward, with the residual step, and for dx
+    x = jax.random.normal(jax.random.key(1), (6, 300), jnp.float32).astype(jnp.float16)
+    r = (0.5 * jax.random.normal(jax.random.key(2), (6, 300), jnp.float32)).astype(jnp.float16)
+    for scale in (1e-7, 3e-6, 4e-5):
+        w = jnp.full((300,), scale, jnp.float16)
+        outs = {}
+        for impl in ("native", "xla"):
+            y = jln.layer_norm(x, w, impl=impl)
+            z, s = jln.add_rms_norm(x, r, w, impl=impl)
+            dx = jax.grad(lambda x, impl=impl, w=w: jnp.sum(jln.layer_norm(x, w, impl=impl).astype(jnp.float32) ** 2))(x)
+            outs[impl] = [np.asarray(a.astype(jnp.float32)) for a in (y, z, s, dx)]
+        tiny = np.abs(outs["xla"][0])
+        assert np.mean((tiny > 0) & (tiny < 2.0**-14)) > 0.3, scale  # the case is the subnormal one
+        for a, c in zip(outs["native"], outs["xla"], strict=True):
+            same = float(np.mean(a == c))
+            assert same >= 0.98, f"scale {scale}: only {same:.1%} of the elements equal the XLA path's"
