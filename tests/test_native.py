@@ -8,6 +8,8 @@ elementwise, forward and backward, through every transform, and the fallbacks ar
 from __future__ import annotations
 
 import os
+import platform
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -357,6 +359,29 @@ def test_kernel_harness_compiles() -> None:
            os.path.join(root, "bench", "native_kernel.cc")]
     r = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr[-4000:]
+
+
+def test_pipeline_sweeps_keep_their_prefetches() -> None:
+    # The row pipeline's sweeps hint the rows ahead into L2 (prefetch_src): GCC 12 once
+    # deleted those calls from every sweep (they sat in a lambda inlined by force), which no
+    # result shows, only the speed from memory. Every compiled sweep must hold a prefetch.
+    objdump = shutil.which("objdump")
+    if platform.machine() != "x86_64" or objdump is None:
+        pytest.skip("reads x86-64 machine code with binutils' objdump")
+    text = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(_cpu._build())], capture_output=True,
+                          text=True, check=True).stdout
+    counts: dict[str, int] = {}
+    name = ""
+    for line in text.splitlines():
+        if line.endswith(">:"):
+            name = line[line.index("<") + 1:-2]
+            counts[name] = 0
+        elif "prefetch" in line and name:
+            counts[name] += 1
+    sweeps = {k: v for k, v in counts.items() if "11out_first_tI" in k}
+    assert len(sweeps) >= 100, len(sweeps)  # every (dtype pair, specialization) of the sweep
+    lost = [k for k, v in sweeps.items() if v == 0]
+    assert not lost, f"{len(lost)} of {len(sweeps)} pipeline sweeps have no prefetch, e.g. {lost[0]}"
 
 
 def test_special_values_propagate_like_xla() -> None:

@@ -56,6 +56,17 @@
 
 namespace ffi = xla::ffi;
 
+// Inlining: the row passes stay functions of their own (JLN_NOINLINE; inlined into one row
+// loop they ran 5-15% slower on short rows, measured), and a few steps inside their loops are
+// forced inline (JLN_INLINE) where the compiler would call them.
+#if defined(__GNUC__)
+#define JLN_NOINLINE __attribute__((noinline))
+#define JLN_INLINE __attribute__((always_inline))
+#else
+#define JLN_NOINLINE
+#define JLN_INLINE
+#endif
+
 // One translation unit, or (JLN_SPLIT, how jln/kernels/_cpu.py builds it) several compiled in
 // parallel and linked into one library: the part with JLN_MAIN holds the FFI handlers, and
 // the part with JLN_KX and JLN_KY the bodies of one (x dtype, y dtype) pair's forward and
@@ -377,9 +388,11 @@ struct Src {
 
 // Hints element `at` of an array of dtype K into the L2 cache, for reading (W = false) or
 // writing (W = true: the line is fetched for ownership ahead of the store). Prefetches never
-// fault, so hinting past the end of an array is harmless.
+// fault, so hinting past the end of an array is harmless. These three are inlined by force:
+// called from a lambda that is itself forced inline, GCC 12 deleted the calls (the pipeline's
+// sweeps lost every prefetch, 946 -> 230 in one part of the library).
 template <int K, bool W>
-inline void prefetch(const void* p, int64_t at) {
+JLN_INLINE inline void prefetch(const void* p, int64_t at) {
   __builtin_prefetch(static_cast<const char*>(p) + at * (K == kF32 ? 4 : 2), W ? 1 : 0, 2);
 }
 
@@ -390,12 +403,12 @@ inline void prefetch(const void* p, int64_t at) {
 // row's arithmetic, and every store to a line not yet owned waits for it (measured on one
 // Xeon core, data beyond L2: +0-30% per width over hinting only x during the output sweep).
 template <int KX, bool ADD>
-inline void prefetch_src(const Src in, int64_t at) {
+JLN_INLINE inline void prefetch_src(const Src in, int64_t at) {
   prefetch<KX, false>(in.x, at);
   if constexpr (ADD) prefetch<KX, false>(in.r, at);
 }
 template <int KX, int KY>
-inline void prefetch_dst(const Src in, const void* y, int64_t at) {
+JLN_INLINE inline void prefetch_dst(const Src in, const void* y, int64_t at) {
   prefetch<KY, true>(y, at);
   if (in.s) prefetch<KX, true>(in.s, at);
 }
@@ -446,16 +459,6 @@ struct RowParams {
   const float *w, *b, *f, *sh;
 };
 
-// Inlining: the row passes stay functions of their own (JLN_NOINLINE; inlined into one row
-// loop they ran 5-15% slower on short rows, measured), and a few steps inside their loops are
-// forced inline (JLN_INLINE) where the compiler would call them.
-#if defined(__GNUC__)
-#define JLN_NOINLINE __attribute__((noinline))
-#define JLN_INLINE __attribute__((always_inline))
-#else
-#define JLN_NOINLINE
-#define JLN_INLINE
-#endif
 
 // (Forced inline: with the residual step it holds two roundings, and left to itself the
 // compiler called it from the sweeps: 55% of a bfloat16 add_layer_norm forward's kernel time,
