@@ -30,7 +30,7 @@ if command -v taskset >/dev/null 2>&1; then
   pin=(taskset -c "$(python -c 'import os; print(min(os.sched_getaffinity(0)))')")
 fi
 "${pin[@]}" python -m jln.cli.bench \
-  --elements 1048576 --widths 256,1024,4096,16384 --dtypes float32,bfloat16 \
+  --elements 1048576 --widths 256,1024,4096,16384 --dtypes float32,bfloat16,float16 \
   --reps 21 --torch-threads 1 --compile-budget-s 240 \
   --title "jln bench: CPU (one core, pinned)" \
   --json "$out/cpu.json" --plot "$out/cpu.png" --md "$out/cpu.md" "$@"

@@ -54,7 +54,8 @@ from jln import _bench_impls as impls
 #: training step runs); ``bwd``: the reverse pass alone, from saved residuals.
 DIRECTIONS = ("fwd", "fwd+bwd", "bwd")
 DEFAULT_DIRECTIONS = ("fwd", "fwd+bwd")
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("float32", "bfloat16", "float16")
+DEFAULT_DTYPES = ("float32", "bfloat16")
 DEFAULT_WIDTHS = (256, 1024, 4096, 16384)
 
 
@@ -342,7 +343,7 @@ class Config:
 
     ops: Sequence[str] = impls.OPS
     impls: Sequence[str] = impls.IMPLS
-    dtypes: Sequence[str] = DTYPES
+    dtypes: Sequence[str] = DEFAULT_DTYPES
     widths: Sequence[int] = DEFAULT_WIDTHS
     rows: int | None = None
     elements: int = 1 << 22

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import pathlib
 from collections.abc import Iterator
 
 import jax
@@ -72,6 +73,18 @@ def test_copy_floor_is_the_faster_copy(tiny_report: dict) -> None:
         assert r["via"] in ("xla", "torch")
         assert r["gbps"] == pytest.approx(max(r["xla_gbps"], r["torch_gbps"]), rel=1e-12)
         assert r["gbps"] == pytest.approx(r[f"{r['via']}_gbps"], rel=1e-12)
+
+
+def test_float16_runs_on_request(tmp_path: pathlib.Path) -> None:
+    # float16 (fp16 checkpoints) is a --dtypes choice beside the default float32 and bfloat16
+    assert cli.main(["--dtypes", "float16", "--widths", "256", "--rows", "32", "--reps", "2", "--warmup", "1",
+                     "--ops", "layer_norm", "--impls", "jln,jln-xla,flax", "--directions", "fwd", "--quiet",
+                     "--json", str(tmp_path / "r.json")]) == 0
+    results = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert {r["dtype"] for r in results} == {"float16"}
+    assert {r["impl"] for r in results} == {"copy", "jln", "jln-xla", "flax"}
+    assert all(r["bytes"] == 2 * 32 * 256 * 2 for r in results)  # read x, write y, 2 bytes each
+    assert cli.main(["--dtypes", "float64", "--quiet"]) == 2  # not a bench dtype: a usage error
 
 
 def test_buffer_sets_span_four_caches_per_array() -> None:

@@ -85,7 +85,7 @@ def _parser() -> _Parser:
     p.add_argument("--quick", action="store_true", help="a CPU-friendly subset (< 2 minutes on 2 cores)")
     p.add_argument("--ops", type=_choices("op", _bench_impls.OPS), help=f"comma list from {','.join(_bench_impls.OPS)}")
     p.add_argument("--impls", type=_choices("impl", _bench_impls.IMPLS), help=f"comma list from {','.join(_bench_impls.IMPLS)}")
-    p.add_argument("--dtypes", type=_choices("dtype", _bench.DTYPES), help="comma list from float32,bfloat16")
+    p.add_argument("--dtypes", type=_choices("dtype", _bench.DTYPES), help="comma list from float32,bfloat16,float16 (default float32,bfloat16)")
     p.add_argument("--directions", type=_choices("direction", _bench.DIRECTIONS), help="comma list from fwd,fwd+bwd,bwd (default fwd,fwd+bwd; bwd times the reverse pass alone)")
     p.add_argument("--widths", type=_ints, help="comma list of row widths N (default 256,1024,4096,16384)")
     p.add_argument("--rows", type=_positive_int, help="rows M for every width (default: about 4M elements / width)")
