@@ -361,10 +361,11 @@ def test_kernel_harness_compiles() -> None:
     assert r.returncode == 0, r.stderr[-4000:]
 
 
-def test_pipeline_sweeps_keep_their_prefetches() -> None:
-    # The row pipeline's sweeps hint the rows ahead into L2 (prefetch_src): GCC 12 once
-    # deleted those calls from every sweep (they sat in a lambda inlined by force), which no
-    # result shows, only the speed from memory. Every compiled sweep must hold a prefetch.
+def test_forward_sweeps_keep_their_prefetches() -> None:
+    # The forward's sweeps hint the rows ahead into L2 (prefetch_src, prefetch_dst): GCC 12
+    # once deleted those calls from every pipeline sweep (they sat in a lambda inlined by
+    # force), which no result shows, only the speed from memory. Every compiled sweep of the
+    # three kinds that hint (each a function of its own, JLN_NOINLINE) must hold a prefetch.
     objdump = shutil.which("objdump")
     if platform.machine() != "x86_64" or objdump is None:
         pytest.skip("reads x86-64 machine code with binutils' objdump")
@@ -378,10 +379,13 @@ def test_pipeline_sweeps_keep_their_prefetches() -> None:
             counts[name] = 0
         elif "prefetch" in line and name:
             counts[name] += 1
-    sweeps = {k: v for k, v in counts.items() if "11out_first_tI" in k}
-    assert len(sweeps) >= 100, len(sweeps)  # every (dtype pair, specialization) of the sweep
-    lost = [k for k, v in sweeps.items() if v == 0]
-    assert not lost, f"{len(lost)} of {len(sweeps)} pipeline sweeps have no prefetch, e.g. {lost[0]}"
+    # the pipeline's sweeps, the first statistics pass, the one-row output sweep; at least one
+    # compiled function per (x dtype, y dtype) pair and specialization
+    for kind, least in (("11out_first_tI", 100), ("11stats_firstI", 9), ("10simple_outI", 9)):
+        sweeps = {k: v for k, v in counts.items() if kind in k}
+        assert len(sweeps) >= least, (kind, len(sweeps))
+        lost = [k for k, v in sweeps.items() if v == 0]
+        assert not lost, f"{len(lost)} of {len(sweeps)} {kind} sweeps have no prefetch, e.g. {lost[0]}"
 
 
 def test_special_values_propagate_like_xla() -> None:
