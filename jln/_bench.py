@@ -22,9 +22,10 @@ same device).
 * The floor: a copy of the same buffers (2·M·N·b): XLA's ``-x`` and, with torch, torch's
   ``copy_`` into one destination (as XLA's output reuses one allocation), the faster of the
   two; timed once per shape and again in turns with every case, and a record's
-  ``pct_of_copy`` uses the faster of the two copy timings. XLA's bfloat16 ``-x`` on a CPU
-  widens every element and runs at under half the memory's speed (12.5-14.8 GB/s against
-  torch's 23-25 GB/s, one EPYC core), so without torch's copy a CPU bfloat16 floor flatters.
+  ``pct_of_copy`` uses the faster of the two copy timings. XLA's half-precision ``-x`` on a
+  CPU widens every element and runs at under half the memory's speed (10-14 GB/s against
+  torch's 27-40 GB/s, one EPYC core), so without torch's copy a CPU half-precision floor
+  flatters.
 * Saved residuals (:func:`residual_bytes_per_elem`): the arrays ``jax.vjp`` keeps for the
   backward pass, from the leaves of its ``vjp`` function (shapes only, nothing runs); arrays
   with fewer than N elements (per-row statistics, small parameters) are left out, as they
@@ -461,7 +462,8 @@ class _Runner:
 
     def _to_torch(self, a: Any) -> Any:
         """A JAX array as a torch tensor on the torch device (shared through dlpack where it can)."""
-        torch = self._torch()
+        import torch
+
         try:
             t = torch.from_dlpack(a)
         except Exception:  # noqa: BLE001 - any dlpack failure falls back to a host copy

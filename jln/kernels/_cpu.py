@@ -165,11 +165,11 @@ def _build() -> Path:
         "\0".join([SOURCE.read_text(), cxx, version, " ".join(FLAGS), repr(PARTS), jaxlib.__version__,
                    include, platform.machine(), _cpu_signature()]).encode()
     ).hexdigest()[:16]
-    out = _cache_dir() / f"jln_cpu_norm-{key}.so"
+    out = _library(key)
     if _touch(out):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    with _build_lock(_cache_dir() / ".locks" / f"{key}.lock"):
+    with _build_lock(_lock(key)):
         if _touch(out):  # built by another process while this one waited
             return out
         tmpdir = tempfile.mkdtemp(prefix=".build-", dir=out.parent)
@@ -192,6 +192,14 @@ def _build() -> Path:
 PRUNE_AFTER_S = 30 * 24 * 3600
 
 
+def _library(key: str) -> Path:
+    return _cache_dir() / f"jln_cpu_norm-{key}.so"
+
+
+def _lock(key: str) -> Path:
+    return _cache_dir() / ".locks" / f"{key}.lock"
+
+
 def _touch(lib: Path) -> bool:
     """Whether ``lib`` exists; if it does, its modification time becomes now (its last use)."""
     try:
@@ -206,11 +214,11 @@ def _touch(lib: Path) -> bool:
 def _prune(keep: Path) -> None:
     """Delete the cache's other libraries (and their lock files) unused for :data:`PRUNE_AFTER_S`."""
     now = time.time()
-    for old in keep.parent.glob("jln_cpu_norm-*.so"):
+    for old in keep.parent.glob(_library("*").name):
         try:
             if old != keep and now - old.stat().st_mtime > PRUNE_AFTER_S:
                 old.unlink()
-                (keep.parent / ".locks" / f"{old.stem.removeprefix('jln_cpu_norm-')}.lock").unlink(missing_ok=True)
+                _lock(old.stem.removeprefix("jln_cpu_norm-")).unlink(missing_ok=True)
         except OSError:  # another user's file, or pruned by another process meanwhile
             pass
 

@@ -162,31 +162,7 @@ inline vh vf32_to_half(vf v) {
 #endif
 }
 
-template <int K>
-inline vf vload(const void* p, int64_t i) {
-  if constexpr (K == kF32) {
-    vf v;
-    std::memcpy(&v, static_cast<const float*>(p) + i, sizeof(v));
-    return v;
-  } else if constexpr (K == kBF16) {
-#if defined(__AVX512F__)
-    // one zero-extending load and a shift: the generic conversion below compiles to two
-    // 8-lane halves, extracted and re-inserted (measured 2-10% slower for a whole forward)
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i));
-    return reinterpret_cast<vf>(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-#else
-    vh h;
-    std::memcpy(&h, static_cast<const uint16_t*>(p) + i, sizeof(h));
-    return reinterpret_cast<vf>(__builtin_convertvector(h, vu) << 16);
-#endif
-  } else {
-    vh h;
-    std::memcpy(&h, static_cast<const uint16_t*>(p) + i, sizeof(h));
-    return vhalf_to_f32(h);
-  }
-}
-
-// float32 -> bfloat16 bits for 16 lanes, as to_bf16.
+// float32 -> bfloat16 bits for 16 lanes, as to_bf16 (software).
 inline vh vbf16(vf v) {
   const vu u = reinterpret_cast<vu>(v);
   const vu rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
@@ -194,25 +170,47 @@ inline vh vbf16(vf v) {
   return __builtin_convertvector((rounded & ~nan) | (((u >> 16) | 0x40u) & nan), vh);
 }
 
+// float32 -> bfloat16 bits for 16 lanes, as vbf16: the CPU's round-to-nearest-even conversion
+// where it has one (AVX512-BF16); it flushes float32 subnormal inputs to zero, so a vector
+// holding any takes vbf16's exact rounding instead
+inline vh vf32_to_bf16(vf v) {
+#ifdef JLN_AVX512_BF16
+  const __m512 m = reinterpret_cast<__m512>(v);
+  if (__builtin_expect(_mm512_fpclass_ps_mask(m, 0x20) == 0, 1)) return reinterpret_cast<vh>(_mm512_cvtneps_pbh(m));
+#endif
+  return vbf16(v);
+}
+
+// bfloat16 bits -> float32 for 16 lanes (exact). With AVX-512 one zero-extension and a shift:
+// the generic conversion compiles to two 8-lane halves, extracted and re-inserted (measured
+// 2-10% slower for a whole forward).
+inline vf vbf16_to_f32(vh h) {
+#if defined(__AVX512F__)
+  return reinterpret_cast<vf>(_mm512_slli_epi32(_mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(h)), 16));
+#else
+  return reinterpret_cast<vf>(__builtin_convertvector(h, vu) << 16);
+#endif
+}
+
+template <int K>
+inline vf vload(const void* p, int64_t i) {
+  if constexpr (K == kF32) {
+    vf v;
+    std::memcpy(&v, static_cast<const float*>(p) + i, sizeof(v));
+    return v;
+  } else {
+    vh h;
+    std::memcpy(&h, static_cast<const uint16_t*>(p) + i, sizeof(h));
+    return K == kBF16 ? vbf16_to_f32(h) : vhalf_to_f32(h);
+  }
+}
+
 template <int K>
 inline void vstore(void* p, int64_t i, vf v) {
   if constexpr (K == kF32) {
     std::memcpy(static_cast<float*>(p) + i, &v, sizeof(v));
-  } else if constexpr (K == kBF16) {
-#ifdef JLN_AVX512_BF16
-    // the CPU's round-to-nearest-even conversion; it flushes float32 subnormal inputs to zero,
-    // so a vector holding any takes the exact software rounding instead
-    const __m512 m = reinterpret_cast<__m512>(v);
-    if (__builtin_expect(_mm512_fpclass_ps_mask(m, 0x20) == 0, 1)) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(p) + i),
-                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(m)));
-      return;
-    }
-#endif
-    const vh h = vbf16(v);
-    std::memcpy(static_cast<uint16_t*>(p) + i, &h, sizeof(h));
   } else {
-    const vh h = vf32_to_half(v);
+    const vh h = K == kBF16 ? vf32_to_bf16(v) : vf32_to_half(v);
     std::memcpy(static_cast<uint16_t*>(p) + i, &h, sizeof(h));
   }
 }
@@ -229,17 +227,14 @@ inline void store_row(void* y, int64_t o, const float* h, int64_t n) {
 inline vf vround(vf v, int k) {
   if (k == kBF16) {
 #ifdef JLN_AVX512_BF16
-    const __m512 m = reinterpret_cast<__m512>(v);
-    if (__builtin_expect(_mm512_fpclass_ps_mask(m, 0x20) == 0, 1)) {  // no subnormals: see vstore
-      const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(m));
-      return reinterpret_cast<vf>(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    }
-#endif
+    return vbf16_to_f32(vf32_to_bf16(v));
+#else
     // in the 32-bit lanes (no narrowing): to_bf16's rounding, low half cleared
     const vu u = reinterpret_cast<vu>(v);
     const vu rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
     const vu nan = reinterpret_cast<vu>((u & 0x7FFFFFFFu) > 0x7F800000u);
     return reinterpret_cast<vf>((rounded & ~nan) | ((u | 0x00400000u) & 0xFFFF0000u & nan));
+#endif
   }
   if (k == kF16) return vhalf_to_f32(vf32_to_half(v));
   return v;
@@ -249,25 +244,13 @@ inline vf vround(vf v, int k) {
 // (the residual step's s; vround then vstore converted twice)
 template <int K>
 inline vf vround_store(void* p, int64_t i, vf v) {
-  if constexpr (K == kBF16) {
-#ifdef JLN_AVX512_BF16
-    const __m512 m = reinterpret_cast<__m512>(v);
-    if (__builtin_expect(_mm512_fpclass_ps_mask(m, 0x20) == 0, 1)) {  // no subnormals: see vstore
-      const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(m));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(p) + i), h);
-      return reinterpret_cast<vf>(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    }
-#endif
-    const vh h = vbf16(v);
-    std::memcpy(static_cast<uint16_t*>(p) + i, &h, sizeof(h));
-    return reinterpret_cast<vf>(__builtin_convertvector(h, vu) << 16);
-  } else if constexpr (K == kF16) {
-    const vh h = vf32_to_half(v);
-    std::memcpy(static_cast<uint16_t*>(p) + i, &h, sizeof(h));
-    return vhalf_to_f32(h);
-  } else {
+  if constexpr (K == kF32) {
     vstore<kF32>(p, i, v);
     return v;
+  } else {
+    const vh h = K == kBF16 ? vf32_to_bf16(v) : vf32_to_half(v);
+    std::memcpy(static_cast<uint16_t*>(p) + i, &h, sizeof(h));
+    return K == kBF16 ? vbf16_to_f32(h) : vhalf_to_f32(h);
   }
 }
 
