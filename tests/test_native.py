@@ -251,12 +251,23 @@ def test_rows_on_every_side_of_the_scratch_row_rules(width: int, dt: Any) -> Non
 @pytest.mark.parametrize("width", [4096, 4100])
 def test_wide_rows_in_pairs(width: int, dt: Any) -> None:
     # rows 4096 or more wide run in pairs that share one output sweep: an odd row count (the
-    # last row alone), a scalar tail (4100), and per-example parameters (3 groups of 3 rows:
-    # pairs within a group, and pairs that straddle two groups, which are swept row by row)
+    # last row alone), a scalar tail (4100), and per-example parameters: 3 groups of 3 rows
+    # (a pair would straddle two groups, so they run a row a step) and 3 groups of 32 rows
+    # (pairs, modulated ones for adaptive LayerNorm; with 2+ threads the rows split into chunks
+    # of 2**17 // width rows: 32 at 4096, every chunk pairs; 31 at 4100, where a chunk ending on
+    # an odd row runs a row a step: rows 62..92 in pairs would pair 63 with 64, across groups)
     x, w, b, _ = _inputs(dt, (3, 3, width), offset=3.0)
     g = jnp.arange(3, dtype=jnp.float32).reshape(3, 1)
     wg = (w.astype(jnp.float32).reshape(1, width) * (1.0 + 0.5 * g)).astype(dt)  # one row per example
     bg = (b.astype(jnp.float32).reshape(1, width) + 0.25 * g).astype(dt)
+    xa = _inputs(dt, (3, 32, width), offset=3.0)[0]
+
+    def adaptive(x: Array, impl: str, affine: bool) -> Array:
+        x32 = x.astype(jnp.float32)  # (the condition depends on x: dx carries its gradients)
+        cond = jnp.concatenate([0.5 + 0.2 * jnp.sin(x32[:, 0]), 0.3 * jnp.cos(x32[:, 1])], -1).astype(dt)
+        params = (w, b) if affine else ()
+        return jln.adaptive_layer_norm(x, cond, *params, order="seed", impl=impl)[0]
+
     cases: dict[str, Callable[[Array, str], Array]] = {
         "layer_norm": lambda x, impl: jln.layer_norm(x, w, b, impl=impl),
         "layer_norm/odd-rows": lambda x, impl: jln.layer_norm(x[:2, :2].reshape(-1, width)[:3], w, b, impl=impl),
@@ -264,11 +275,13 @@ def test_wide_rows_in_pairs(width: int, dt: Any) -> None:
             lambda xi, wi, bi: jln.layer_norm(xi, wi, bi, impl=impl))(x, wg, bg),
         "rms_norm/per-example": lambda x, impl: jax.vmap(lambda xi, wi: jln.rms_norm(xi, wi, impl=impl))(x, wg),
         "add_layer_norm": lambda x, impl: jln.add_layer_norm(x, jnp.flip(x, -1), w, b, impl=impl)[0],
+        "adaptive/per-example-pairs": lambda x, impl: adaptive(x, impl, affine=False),
+        "adaptive/per-example-pairs-affine": lambda x, impl: adaptive(x, impl, affine=True),
     }
     for name, f in cases.items():
         outs = []
         for impl in ("native", "xla"):
-            y, pull = jax.vjp(lambda x, impl=impl, f=f: f(x, impl), x)
+            y, pull = jax.vjp(lambda x, impl=impl, f=f: f(x, impl), xa if name.startswith("adaptive") else x)
             outs.append((y, *pull((0.5 + jnp.sin(y.astype(jnp.float32))).astype(y.dtype))))
         for a, c, what in zip(outs[0], outs[1], ("y", "dx"), strict=True):
             _close(a, c, f"{name} {width} {jnp.dtype(dt).name} {what}", rel_ulps=32 if dt == jnp.float32 else 4)

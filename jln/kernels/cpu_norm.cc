@@ -810,10 +810,14 @@ inline bool piped(const Config& c) {
   return (in_place<KX>(c.n) || block_rows<KX>(c.n) == 1) && c.fused_fwd(KX, KY);
 }
 
-// Rows per step of a row pipeline (fwd_rows_piped): pairs for the common forwards of rows read
-// in place whose parameters are one row each (the rows of a step share them) and whose y has
-// x's dtype (pairs for every pair of dtypes took the library's build from 72 to 137 s), under
-// 1024 or from kInterleaved wide; 1 otherwise. A pair's rows' reductions (chains of dependent
+// Rows per step of a row pipeline (fwd_rows_piped): pairs for the common forwards (adaptive
+// LayerNorm's modulated ones included) of rows read in place whose y has x's dtype (pairs for
+// every pair of dtypes took the library's build from 72 to 137 s) and whose two rows share
+// their parameter rows (one row each, or per-example groups that pairs do not straddle), under
+// 1024 or from kInterleaved wide; 1 otherwise. (Modulated rows ran one a step before: their
+// parameter rows, float32 factor and shift, stream from L2 for every row; in pairs, through
+// jln bench's adaptive_layer_norm, DiT's 8 examples, one EPYC core, 5 alternating runs,
+// float32 1.19x at 4096 wide and 1.27x at 16384, half precision 0.99-1.04x, noise.) A pair's rows' reductions (chains of dependent
 // additions, a division and a square root) then overlap each other, and a step's latency is
 // spread over two rows. Rows kInterleaved or more wide are swept together, element by element
 // (one loop for both rows' first, second and output passes); shorter pairs run each row's
@@ -826,10 +830,13 @@ inline bool piped(const Config& c) {
 // wide pairs in turn ran 0.89-0.99x, and one row a step stays.
 constexpr int64_t kInterleaved = 4096;
 template <int KX, int KY>
-inline int pipe_rows(const Config& c) {
-  if (KX != KY || !in_place<KX>(c.n) || !c.fused(KX) || (c.n >= 1024 && c.n < kInterleaved)) return 1;
+inline int pipe_rows(const Config& c, int64_t r0, int64_t r1) {
+  if (KX != KY || !in_place<KX>(c.n) || !c.fused_fwd(KX, KY) || (c.n >= 1024 && c.n < kInterleaved)) return 1;
   for (int k = 0; k < kParams; ++k) {
-    if (c.has[k] && !c.one_group(k)) return 1;
+    // per-example parameters: the pairs end at r1 (fwd_rows_piped runs an odd first row
+    // alone), so they start on even rows, and share their parameter rows, where r1 is even and
+    // the groups hold an even number of rows
+    if (c.has[k] && !c.one_group(k) && (c.per[k] % 2 || r1 % 2)) return 1;
   }
   return 2;
 }
@@ -908,7 +915,7 @@ template <int KX, int KY, bool ADD, bool IP, int NR, bool C, bool W, bool B, int
 JLN_NOINLINE void out_first_t(const Config& c, const Src in, const void* src, const RowStats* st,
                               const RowParams& rp, void* y, int64_t o, int64_t gap, const float* __restrict__ t,
                               float* __restrict__ t2, RowStats* nx) {
-  static_assert(NR == 1 || (IP && !MOD), "two rows at once only in place, without modulation");
+  static_assert(NR == 1 || IP, "two rows at once only in place");
   const int64_t n = c.n, o2 = o + gap;
   const RowParams q = rp;  // (a local copy: the stores to y cannot change it)
   const bool sub_m = C && (IP || !holds_d<KX>(n));  // (p is 0 for scratch rows)
@@ -1004,17 +1011,15 @@ JLN_NOINLINE void out_first(const Config& c, const Src in, const void* src, cons
                             const RowParams& rp, void* y, int64_t o, int64_t gap, const float* t, float* t2,
                             RowStats* nx) {
   const int key = (c.center ? 4 : 0) | (rp.w ? 2 : 0) | (rp.b ? 1 : 0);
-  if constexpr (NR == 1) {
-    if (rp.f) {  // (modulated: LayerNorm)
-#define JLN_OUT_MOD(W, B) out_first_t<KX, KY, ADD, IP, 1, true, W, B, 0, true>(c, in, src, st, rp, y, o, gap, t, t2, nx)
-      switch (key & 3) {
-        case 3: return JLN_OUT_MOD(true, true);
-        case 2: return JLN_OUT_MOD(true, false);
-        case 1: return JLN_OUT_MOD(false, true);
-        default: return JLN_OUT_MOD(false, false);
-      }
-#undef JLN_OUT_MOD
+  if (rp.f) {  // (modulated: LayerNorm)
+#define JLN_OUT_MOD(W, B) out_first_t<KX, KY, ADD, IP, NR, true, W, B, 0, true>(c, in, src, st, rp, y, o, gap, t, t2, nx)
+    switch (key & 3) {
+      case 3: return JLN_OUT_MOD(true, true);
+      case 2: return JLN_OUT_MOD(true, false);
+      case 1: return JLN_OUT_MOD(false, true);
+      default: return JLN_OUT_MOD(false, false);
     }
+#undef JLN_OUT_MOD
   }
 #define JLN_OUT_FIRST(C, W, B) out_first_t<KX, KY, ADD, IP, NR, C, W, B>(c, in, src, st, rp, y, o, gap, t, t2, nx)
   switch (c.rms_weigh() ? 7 + c.rms_weigh() : key) {
@@ -1096,7 +1101,7 @@ template <int KX, int KY, bool ADD>
 void fwd_rows_any(const Config& c, const Src in, const Params& P, void* y, float* mean, float* rstd,
                   int64_t r0, int64_t r1) {
   if (piped<KX, KY>(c)) {
-    if (pipe_rows<KX, KY>(c) == 2) {
+    if (pipe_rows<KX, KY>(c, r0, r1) == 2) {
       if constexpr (KX == KY) fwd_rows_piped<KX, KY, ADD, true, 2>(c, in, P, y, mean, rstd, r0, r1);
     } else if (in_place<KX>(c.n)) {
       fwd_rows_piped<KX, KY, ADD, true, 1>(c, in, P, y, mean, rstd, r0, r1);
