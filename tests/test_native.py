@@ -379,19 +379,27 @@ def test_forward_sweeps_keep_their_prefetches() -> None:
     # once deleted those calls from every pipeline sweep (they sat in a lambda inlined by
     # force), which no result shows, only the speed from memory. Every compiled sweep of the
     # three kinds that hint (each a function of its own, JLN_NOINLINE) must hold a prefetch.
+    # Nor may a sweep call its per-vector steps: left to GCC, whether fused_out (the output
+    # step) or vround was inlined changed with unrelated edits, and a call per 16 elements
+    # costs the loop its speed, which again only a benchmark shows.
     objdump = shutil.which("objdump")
     if platform.machine() != "x86_64" or objdump is None:
         pytest.skip("reads x86-64 machine code with binutils' objdump")
     text = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(_cpu._build())], capture_output=True,
                           text=True, check=True).stdout
     counts: dict[str, int] = {}
+    calls: dict[str, list[str]] = {}
     name = ""
     for line in text.splitlines():
         if line.endswith(">:"):
             name = line[line.index("<") + 1:-2]
             counts[name] = 0
+            calls[name] = []
         elif "prefetch" in line and name:
             counts[name] += 1
+        elif "\tcall" in line and "<" in line and name:
+            calls[name].append(line[line.index("<") + 1:line.rindex(">")])
+    steps = ("9fused_out", "6vround", "4vsrc", "5vload", "6vstore")
     # the pipeline's sweeps, the first statistics pass, the one-row output sweep; at least one
     # compiled function per (x dtype, y dtype) pair and specialization
     for kind, least in (("11out_first_tI", 100), ("11stats_firstI", 9), ("10simple_outI", 9)):
@@ -399,6 +407,8 @@ def test_forward_sweeps_keep_their_prefetches() -> None:
         assert len(sweeps) >= least, (kind, len(sweeps))
         lost = [k for k, v in sweeps.items() if v == 0]
         assert not lost, f"{len(lost)} of {len(sweeps)} {kind} sweeps have no prefetch, e.g. {lost[0]}"
+        called = sorted({(k, c) for k in sweeps for c in calls[k] if any(step in c for step in steps)})
+        assert not called, f"{len(called)} {kind} sweeps call a per-vector step, e.g. {called[0]}"
 
 
 def test_special_values_propagate_like_xla() -> None:

@@ -618,9 +618,11 @@ inline float round_to(float v, int k) { return round1(v, k); }
 // row's value as the sweep centers it (v: (x - p) - m, or x for RMSNorm) to y before its store.
 // h = v * rstd; llama's and t5's rounding of h (RW = 1); the scale (w, or gemma's 1 + w for
 // RW = 2); the bias; adaptive LayerNorm's modulation (MOD: round(round(.) * f) + shift, whose
-// last rounding is the store's own, y having x's dtype; see Config::modulated).
+// last rounding is the store's own, y having x's dtype; see Config::modulated). (Inlined by
+// force: with the sweeps' dispatch in with_out_key, GCC called the modulated bfloat16 step once
+// per 16 elements, and before it, vround from the modulated output sweep.)
 template <int KX, bool W, bool B, int RW, bool MOD, typename T>
-inline T fused_out(T v, float rs, const RowParams rp, int64_t j) {  // (rp by value: no reloads)
+JLN_INLINE inline T fused_out(T v, float rs, const RowParams rp, int64_t j) {  // (rp by value: no reloads)
   constexpr int RK = KX == kF32 ? 0 : KX;
   v = v * rs;
   if constexpr (RW == 1) v = round_to(v, KX);
@@ -663,34 +665,49 @@ inline void simple_out_t(const float* __restrict__ t, const void* src, int64_t n
   }
 }
 
+// The fused output step's specialization for a row's parameters (one rule for every fused
+// sweep): calls `sweep` with std::integral_constant values of (C, W, B, RW, MOD) as fused_out
+// takes them: center, scale and bias present, RMSNorm's scale step (Config::rms_weigh) and
+// adaptive LayerNorm's modulation (the factor row present; LayerNorm).
+template <typename C, typename W, typename B, typename RW, typename MOD>
+struct OutKey {  // (with_out_key's constants as template arguments)
+  static constexpr bool c = C::value, w = W::value, b = B::value, mod = MOD::value;
+  static constexpr int rw = RW::value;
+};
+template <typename F>
+JLN_INLINE inline void with_out_key(const Config& c, const RowParams& rp, F&& sweep) {
+  using T = std::true_type;
+  using N = std::false_type;
+  using R0 = std::integral_constant<int, 0>;
+  if (rp.f) {
+    switch ((rp.w ? 2 : 0) | (rp.b ? 1 : 0)) {
+      case 3: return sweep(T{}, T{}, T{}, R0{}, T{});
+      case 2: return sweep(T{}, T{}, N{}, R0{}, T{});
+      case 1: return sweep(T{}, N{}, T{}, R0{}, T{});
+      default: return sweep(T{}, N{}, N{}, R0{}, T{});
+    }
+  }
+  switch (c.rms_weigh() ? 7 + c.rms_weigh() : (c.center ? 4 : 0) | (rp.w ? 2 : 0) | (rp.b ? 1 : 0)) {
+    case 9: return sweep(N{}, T{}, N{}, std::integral_constant<int, 2>{}, N{});
+    case 8: return sweep(N{}, T{}, N{}, std::integral_constant<int, 1>{}, N{});
+    case 7: return sweep(T{}, T{}, T{}, R0{}, N{});
+    case 6: return sweep(T{}, T{}, N{}, R0{}, N{});
+    case 5: return sweep(T{}, N{}, T{}, R0{}, N{});
+    case 4: return sweep(T{}, N{}, N{}, R0{}, N{});
+    case 3: return sweep(N{}, T{}, T{}, R0{}, N{});
+    case 2: return sweep(N{}, T{}, N{}, R0{}, N{});
+    case 1: return sweep(N{}, N{}, T{}, R0{}, N{});
+    default: return sweep(N{}, N{}, N{}, R0{}, N{});
+  }
+}
+
 template <int KX, int KY, bool IP>
 JLN_NOINLINE void simple_out(const Config& c, const float* t, const void* src, const RowStats st,
                              const RowParams& rp, const Src in, void* y, int64_t o, int64_t ahead) {
-  const int key = (c.center ? 4 : 0) | (rp.w ? 2 : 0) | (rp.b ? 1 : 0);
-  if (rp.f) {  // (modulated: LayerNorm)
-#define JLN_MOD(W, B) simple_out_t<KX, KY, true, W, B, IP, 0, true>(t, src, c.n, st, rp, in, y, o, ahead)
-    switch (key & 3) {
-      case 3: return JLN_MOD(true, true);
-      case 2: return JLN_MOD(true, false);
-      case 1: return JLN_MOD(false, true);
-      default: return JLN_MOD(false, false);
-    }
-#undef JLN_MOD
-  }
-#define JLN_SIMPLE(C, W, B) simple_out_t<KX, KY, C, W, B, IP>(t, src, c.n, st, rp, in, y, o, ahead)
-  switch (c.rms_weigh() ? 7 + c.rms_weigh() : key) {
-    case 9: return simple_out_t<KX, KY, false, true, false, IP, 2>(t, src, c.n, st, rp, in, y, o, ahead);
-    case 8: return simple_out_t<KX, KY, false, true, false, IP, 1>(t, src, c.n, st, rp, in, y, o, ahead);
-    case 7: return JLN_SIMPLE(true, true, true);
-    case 6: return JLN_SIMPLE(true, true, false);
-    case 5: return JLN_SIMPLE(true, false, true);
-    case 4: return JLN_SIMPLE(true, false, false);
-    case 3: return JLN_SIMPLE(false, true, true);
-    case 2: return JLN_SIMPLE(false, true, false);
-    case 1: return JLN_SIMPLE(false, false, true);
-    default: return JLN_SIMPLE(false, false, false);
-  }
-#undef JLN_SIMPLE
+  with_out_key(c, rp, [&](auto C, auto W, auto B, auto RW, auto MOD) {
+    using K = OutKey<decltype(C), decltype(W), decltype(B), decltype(RW), decltype(MOD)>;
+    simple_out_t<KX, KY, K::c, K::w, K::b, IP, K::rw, K::mod>(t, src, c.n, st, rp, in, y, o, ahead);
+  });
 }
 
 inline void round_inplace(float* v, int64_t n, int k) {
@@ -1010,31 +1027,10 @@ template <int KX, int KY, bool ADD, bool IP, int NR>
 JLN_NOINLINE void out_first(const Config& c, const Src in, const void* src, const RowStats* st,
                             const RowParams& rp, void* y, int64_t o, int64_t gap, const float* t, float* t2,
                             RowStats* nx) {
-  const int key = (c.center ? 4 : 0) | (rp.w ? 2 : 0) | (rp.b ? 1 : 0);
-  if (rp.f) {  // (modulated: LayerNorm)
-#define JLN_OUT_MOD(W, B) out_first_t<KX, KY, ADD, IP, NR, true, W, B, 0, true>(c, in, src, st, rp, y, o, gap, t, t2, nx)
-    switch (key & 3) {
-      case 3: return JLN_OUT_MOD(true, true);
-      case 2: return JLN_OUT_MOD(true, false);
-      case 1: return JLN_OUT_MOD(false, true);
-      default: return JLN_OUT_MOD(false, false);
-    }
-#undef JLN_OUT_MOD
-  }
-#define JLN_OUT_FIRST(C, W, B) out_first_t<KX, KY, ADD, IP, NR, C, W, B>(c, in, src, st, rp, y, o, gap, t, t2, nx)
-  switch (c.rms_weigh() ? 7 + c.rms_weigh() : key) {
-    case 9: return out_first_t<KX, KY, ADD, IP, NR, false, true, false, 2>(c, in, src, st, rp, y, o, gap, t, t2, nx);
-    case 8: return out_first_t<KX, KY, ADD, IP, NR, false, true, false, 1>(c, in, src, st, rp, y, o, gap, t, t2, nx);
-    case 7: return JLN_OUT_FIRST(true, true, true);
-    case 6: return JLN_OUT_FIRST(true, true, false);
-    case 5: return JLN_OUT_FIRST(true, false, true);
-    case 4: return JLN_OUT_FIRST(true, false, false);
-    case 3: return JLN_OUT_FIRST(false, true, true);
-    case 2: return JLN_OUT_FIRST(false, true, false);
-    case 1: return JLN_OUT_FIRST(false, false, true);
-    default: return JLN_OUT_FIRST(false, false, false);
-  }
-#undef JLN_OUT_FIRST
+  with_out_key(c, rp, [&](auto C, auto W, auto B, auto RW, auto MOD) {
+    using K = OutKey<decltype(C), decltype(W), decltype(B), decltype(RW), decltype(MOD)>;
+    out_first_t<KX, KY, ADD, IP, NR, K::c, K::w, K::b, K::rw, K::mod>(c, in, src, st, rp, y, o, gap, t, t2, nx);
+  });
 }
 
 // Rows r0..r1 of a common forward, as a pipeline (see piped) of NR rows a step (pipe_rows),
