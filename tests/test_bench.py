@@ -33,6 +33,17 @@ def tiny_report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return report
 
 
+def test_recorded_command_names_no_machine_path(tiny_report: dict) -> None:
+    # the outputs went to absolute temporary paths: the report records their file names only
+    command = tiny_report["command"]
+    assert tiny_report["_dir"] not in command, command
+    assert "--json r.json --plot r.png --md r.md" in command, command
+    md = (pathlib.Path(tiny_report["_dir"]) / "r.md").read_text()
+    assert f"Command: `{command}`" in md
+    assert cli.recorded_command(["--json=/data/x/a.json", "--md", "bench/results/a.md", "--title", "a /b"]) == (
+        "jln bench --json=a.json --md bench/results/a.md --title 'a /b'")
+
+
 def test_json_schema(tiny_report: dict) -> None:
     assert {"device", "versions", "results", "skipped"} <= set(tiny_report)
     assert tiny_report["device"]["platform"] == jax.default_backend()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import signal
 import sys
@@ -201,11 +202,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("jln bench: interrupted; writing the cases measured so far", file=sys.stderr)
     if progress is not None:
         progress.close()
-    command = "jln bench " + shlex.join(argv)
+    command = recorded_command(argv)
     report["command"] = command
     report["title"] = args.title or "jln bench"
     _write(report, args, command)
     return 0
+
+
+def recorded_command(argv: Sequence[str]) -> str:
+    """The command line a report records: ``argv`` with every absolute path cut to its file name.
+
+    An absolute path names the machine that ran the benchmark, not the benchmark (the report's
+    files are written side by side); relative paths stay as given.
+
+    Example: ``recorded_command(["--quick", "--json", "/data/run1/cpu.json"])`` is
+    ``"jln bench --quick --json cpu.json"``.
+    """
+    out = []
+    for a in argv:
+        flag, eq, value = a.partition("=") if a.startswith("--") else ("", "", a)
+        if os.path.isabs(value):
+            value = os.path.basename(value)
+        out.append(flag + eq + value)
+    return "jln bench " + shlex.join(out)
 
 
 def _write(report: dict[str, Any], args: argparse.Namespace, command: str | None) -> None:
