@@ -14,11 +14,13 @@
 #   main.json    32768x4096 bfloat16: layer_norm, rms_norm, add_layer_norm, add_rms_norm;
 #   main.md      fwd, bwd (alone) and fwd+bwd; jln (auto, xla, pallas), flax, jnp, torch,
 #                torch.compile; copy (XLA and torch device-to-device) in the same run
-#   sweep.json   layer_norm fwd and bwd against width 1024..16384 (32768 rows), bfloat16 and
-#                float32: jln xla and pallas, flax, torch
+#   sweep.json   layer_norm fwd and bwd against width 256..16384 (32768 rows), bfloat16,
+#                float16 and float32: jln xla and pallas, flax, torch (the 2026-11-30 H200 run's
+#                sweep, 1024..16384 in bfloat16 and float32, took 39 s of its 203)
 #   tiles_*.json --parts tiles only: Pallas tilings at 16384 wide (float32, bfloat16) and 1024
 #   log.txt      everything printed
-# Each part has a time budget (cases past it are recorded as skipped) and a hard timeout.
+# Each part has a time budget (cases past it are recorded as skipped) and a hard timeout; the
+# hard timeouts of the default parts add up to 475 s.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
@@ -65,7 +67,7 @@ if [[ -n "$dry" ]]; then
   reps=(--reps 2 --warmup 1); sweep=(--rows 64 --widths 256,512); check_dtypes=f32
 else
   shape=(--rows 32768 --widths 4096); tune=(--rows 32768 --width 4096)
-  reps=(--reps 20 --warmup 3); sweep=(--rows 32768 --widths 1024,4096,16384); check_dtypes=bf16,f16,f32
+  reps=(--reps 20 --warmup 3); sweep=(--rows 32768 --widths 256,1024,4096,16384); check_dtypes=bf16,f16,f32
 fi
 
 if want check; then
@@ -90,9 +92,9 @@ if want main; then
 fi
 
 if want sweep; then
-  timeout -s TERM 100 $py -m jln.cli.bench "${sweep[@]}" --dtypes bfloat16,float32 \
+  timeout -s TERM 105 $py -m jln.cli.bench "${sweep[@]}" --dtypes bfloat16,float16,float32 \
     --ops layer_norm --impls jln-xla,jln-pallas,flax,torch --directions fwd,bwd "${reps[@]}" \
-    --budget-s 85 --quiet --headline jln-pallas \
+    --budget-s 90 --quiet --headline jln-pallas \
     --title "jln bench: width sweep, 32768 rows" --json "$out/sweep.json"
   echo "sweep exit $? after $((SECONDS - start)) s"
 fi
