@@ -411,6 +411,37 @@ def test_forward_sweeps_keep_their_prefetches() -> None:
         assert not called, f"{len(called)} {kind} sweeps call a per-vector step, e.g. {called[0]}"
 
 
+def test_jax_export_takes_the_xla_body() -> None:
+    # A custom call without a compatibility guarantee cannot be serialized, so jax.export
+    # refused every computation holding a native kernel. Lowered for export, the kernels' calls
+    # become the XLA body they implement: the exported forward is the XLA path's bit for bit,
+    # its gradients the XLA path's up to the order of their sums, while jit keeps the kernels.
+    x, w, b, ct = _inputs(jnp.bfloat16, (3, 4, 96), offset=2.0)
+    cond = jnp.concatenate([0.5 + 0.1 * x[:, 0], 0.2 * x[:, 1]], -1)
+    cases: dict[str, Callable[[Array, str], Any]] = {
+        "layer_norm": lambda x, impl: jln.layer_norm(x, w, b, impl=impl),
+        "add_layer_norm": lambda x, impl: jln.add_layer_norm(x, jnp.flip(x, -1), w, b, impl=impl),
+        "rms/llama": lambda x, impl: jln.rms_norm(x, w, convention="llama", impl=impl),
+        "adaptive/dit_final": lambda x, impl: jln.adaptive_layer_norm(x, cond, order="dit_final", impl=impl)[0],
+    }
+    for name, f in cases.items():
+        fwd = jax.jit(lambda x, f=f: f(x, "auto"))
+        assert "jln_cpu_norm" in fwd.lower(x).as_text(), name  # jit: the native kernels
+
+        def loss(x: Array, impl: str, f: Callable[[Array, str], Any] = f) -> Array:
+            return sum(jnp.vdot(ct, v.astype(jnp.float32)) for v in jax.tree.leaves(f(x, impl)))
+
+        grad = jax.jit(jax.grad(lambda x, loss=loss: loss(x, "auto")))
+        for fn, want in ((fwd, lambda x, f=f: f(x, "xla")), (grad, jax.grad(lambda x, loss=loss: loss(x, "xla")))):
+            exported = jax.export.export(fn)(x)
+            assert "custom_call" not in exported.mlir_module(), name
+            for a, c in zip(jax.tree.leaves(exported.call(x)), jax.tree.leaves(want(x)), strict=True):
+                if fn is fwd:
+                    assert a.dtype == c.dtype and bool(jnp.all(a == c)), f"{name}: exported y is not the XLA path's"
+                else:
+                    _close(a, c, f"{name} exported dx", rel_ulps=4)
+
+
 def test_special_values_propagate_like_xla() -> None:
     x = jnp.array([[0.0, 0.0, 0.0, 0.0], [1.0, jnp.nan, 2.0, 3.0], [1.0, jnp.inf, 2.0, 3.0], [1e30, -1e30, 3.0, 0.0]], jnp.float32)
     for f in (lambda x, impl: jln.layer_norm(x, impl=impl), lambda x, impl: jln.rms_norm(x, impl=impl)):

@@ -12,7 +12,7 @@ Contract: the XLA bodies :func:`jln._layer_norm.ln_body` (with adaptive modulati
 ``round_*``/``gemma`` flags derived here from the core's own dtype rules
 (:func:`jln._rms_norm.rms_steps`, :func:`jln._layer_norm.modulation_dtypes`).
 
-Transforms, all with public JAX machinery except one small primitive:
+Transforms, all with public JAX machinery except small primitives of jln's own:
 
 * the forward is a ``jax.custom_jvp`` whose tangent is ``jln_cpu_norm_lin``, a primitive
   linear in the tangents. Forward mode evaluates it with the XLA body's own JVP (so
@@ -28,6 +28,9 @@ Transforms, all with public JAX machinery except one small primitive:
   ``custom_jvp`` (:func:`_forward_add`): the kernel writes ``s`` and ``y`` in one sweep, the
   tangent of ``s`` is the sum of the inputs' tangents and that of ``y`` the norm's tangent at
   ``s``, so reverse mode keeps ``s`` and shares the norm's backward kernel.
+* ``jax.export``: each FFI call is a primitive of its own (:func:`_exportable`) that lowers to
+  the XLA body it implements when the computation is lowered for export (a custom call
+  without a compatibility guarantee cannot be serialized), and to the kernel otherwise.
 
 The library is compiled with the system C++ compiler (``$CXX``, else ``c++``/``g++``/
 ``clang++``) against the FFI headers of the installed jaxlib and cached under
@@ -324,7 +327,7 @@ def _xla(spec: Spec, x: Array, *params: Array) -> Array:
 # ----------------------------------------------------------------------------- FFI calls
 
 
-def _fwd_call(spec: Spec, x: Array, *params: Array) -> tuple[Array, Array, Array]:
+def _ffi_fwd(spec: Spec, x: Array, *params: Array) -> tuple[Array, Array, Array]:
     stat = jax.ShapeDtypeStruct(x.shape[:-1], jnp.float32)
     call = jax.ffi.ffi_call(
         _FWD, (jax.ShapeDtypeStruct(x.shape, spec.y_dtype), stat, stat), vmap_method="broadcast_all"
@@ -333,7 +336,7 @@ def _fwd_call(spec: Spec, x: Array, *params: Array) -> tuple[Array, Array, Array
     return y, m, r
 
 
-def _fwd_add_call(spec: Spec, x: Array, residual: Array, *params: Array) -> tuple[Array, Array, Array, Array]:
+def _ffi_fwd_add(spec: Spec, x: Array, residual: Array, *params: Array) -> tuple[Array, Array, Array, Array]:
     stat = jax.ShapeDtypeStruct(x.shape[:-1], jnp.float32)
     call = jax.ffi.ffi_call(
         _FWD_ADD,
@@ -344,13 +347,104 @@ def _fwd_add_call(spec: Spec, x: Array, residual: Array, *params: Array) -> tupl
     return y, s, m, r
 
 
-def _bwd_call(spec: Spec, ct: Array, x: Array, params: tuple[Array, ...], m: Array, r: Array) -> tuple[Array, ...]:
+def _ffi_bwd(spec: Spec, ct: Array, x: Array, *rest: Array) -> tuple[Array, ...]:
+    """``(dx, *dparams)``, the parameters' gradients in float32; ``rest``: the parameters, m, rstd."""
     call = jax.ffi.ffi_call(
         _BWD,
-        (jax.ShapeDtypeStruct(x.shape, x.dtype), *(jax.ShapeDtypeStruct(p.shape, jnp.float32) for p in params)),
+        (jax.ShapeDtypeStruct(x.shape, x.dtype), *(jax.ShapeDtypeStruct(p.shape, jnp.float32) for p in rest[:-2])),
         vmap_method="broadcast_all",
     )
-    dx, *dp = call(ct, x, *params, m, r, **spec.attrs())
+    return tuple(call(ct, x, *rest, **spec.attrs()))
+
+
+# ----------------------------------------------------------------------------- jax.export
+#
+# A custom call whose target has no compatibility guarantee cannot be serialized: jax.export
+# refuses it. So each kernel call is a primitive of its own that lowers to the FFI call, and,
+# when the computation is lowered for jax.export, to the XLA body it implements (the XLA
+# path's numbers, which the tests hold the kernels to).
+
+
+def _exporting(ctx: Any) -> bool:
+    """Whether ``ctx`` lowers for ``jax.export``. (JAX's lowering parameters, read defensively:
+    where JAX lacks them, the kernels stay, and jax.export says why it refuses them.)"""
+    params = getattr(getattr(ctx, "module_context", None), "lowering_parameters", None)
+    return bool(getattr(params, "for_export", False))
+
+
+def _xla_fwd(spec: Spec, x: Array, *params: Array) -> tuple[Array, Array, Array]:
+    """``_ffi_fwd`` as XLA computes it: ``y`` and the row statistics the kernel saves (the mean
+    about the row's first element, and rstd)."""
+    x32, axes = _stats.upcast(x), (x.ndim - 1,)
+    if spec.center:
+        mean, _, var = _stats.centered(x32, axes)
+        m = (mean - x32[..., :1])[..., 0]
+    else:
+        var, m = _stats.mean_square(x32, axes), jnp.zeros(x.shape[:-1], jnp.float32)
+    return _xla(spec, x, *params), m, _stats.inv_std(var, spec.eps)[..., 0]
+
+
+def _xla_fwd_add(spec: Spec, x: Array, residual: Array, *params: Array) -> tuple[Array, Array, Array, Array]:
+    s = _layer_norm.add_in(x, residual, x.dtype)
+    y, m, r = _xla_fwd(spec, s, *params)
+    return y, s, m, r
+
+
+def _xla_bwd(spec: Spec, ct: Array, x: Array, *rest: Array) -> tuple[Array, ...]:
+    dx, *dp = jax.vjp(functools.partial(_xla, spec), x, *rest[:-2])[1](ct)
+    return (dx, *(d.astype(jnp.float32) for d in dp))
+
+
+def _exportable(name: str, ffi: Any, xla: Any) -> Any:
+    """A primitive ``name`` computing ``ffi(spec, *args)`` (the kernel), lowered to ``xla``'s
+    body instead for jax.export; batched as the FFI call's ``broadcast_all``."""
+    from jax.extend.core import Primitive
+    from jax.interpreters import batching, mlir
+
+    p = Primitive(name)
+    p.multiple_results = True
+    p.def_impl(lambda *args, spec: ffi(spec, *args))
+
+    def abstract(*avals: Any, spec: Spec) -> tuple[Any, ...]:
+        outs = jax.eval_shape(functools.partial(ffi, spec), *avals)
+        return tuple(avals[0].update(shape=o.shape, dtype=o.dtype, weak_type=False) for o in outs)
+
+    p.def_abstract_eval(abstract)
+
+    def lower(ctx: Any, *args: Any, spec: Spec) -> Any:
+        body = xla if _exporting(ctx) else ffi
+        return mlir.lower_fun(functools.partial(body, spec), multiple_results=True)(ctx, *args)
+
+    mlir.register_lowering(p, lower)
+
+    def batch(args: tuple[Any, ...], dims: tuple[Any, ...], *, spec: Spec) -> tuple[Any, tuple[int, ...]]:
+        size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
+        front = [jnp.moveaxis(a, d, 0) if d is not None else jnp.broadcast_to(a, (size, *a.shape))
+                 for a, d in zip(args, dims, strict=True)]
+        outs = p.bind(*front, spec=spec)
+        return outs, (0,) * len(outs)
+
+    batching.primitive_batchers[p] = batch
+    return p
+
+
+_fwd_p: Any = None
+_fwd_add_p: Any = None
+_bwd_p: Any = None
+
+
+def _fwd_call(spec: Spec, x: Array, *params: Array) -> tuple[Array, Array, Array]:
+    y, m, r = _fwd_p.bind(x, *params, spec=spec)
+    return y, m, r
+
+
+def _fwd_add_call(spec: Spec, x: Array, residual: Array, *params: Array) -> tuple[Array, Array, Array, Array]:
+    y, s, m, r = _fwd_add_p.bind(x, residual, *params, spec=spec)
+    return y, s, m, r
+
+
+def _bwd_call(spec: Spec, ct: Array, x: Array, params: tuple[Array, ...], m: Array, r: Array) -> tuple[Array, ...]:
+    dx, *dp = _bwd_p.bind(ct, x, *params, m, r, spec=spec)
     # float32 sums, rounded once to each parameter's dtype (as the XLA path's gradients)
     return (dx, *(d.astype(p.dtype) if on else jnp.zeros_like(p) for d, p, on in zip(dp, params, spec.has, strict=True)))
 
@@ -473,10 +567,14 @@ _lin_p: Any = None
 
 def _register_primitive() -> None:
     """Create ``jln_cpu_norm_lin``: linear in its first five operands (the tangents of ``x``
-    and the parameters); its transpose is the native backward kernel."""
-    global _lin_p
+    and the parameters); its transpose is the native backward kernel. Also the kernels' own
+    primitives (:func:`_exportable`)."""
+    global _lin_p, _fwd_p, _fwd_add_p, _bwd_p
     if _lin_p is not None:
         return
+    _fwd_p = _exportable("jln_cpu_norm_fwd", _ffi_fwd, _xla_fwd)
+    _fwd_add_p = _exportable("jln_cpu_norm_add_fwd", _ffi_fwd_add, _xla_fwd_add)
+    _bwd_p = _exportable("jln_cpu_norm_bwd", _ffi_bwd, _xla_bwd)
     from jax.extend.core import Primitive
     from jax.interpreters import ad, batching, mlir
 
