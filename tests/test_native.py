@@ -426,7 +426,7 @@ def test_jax_export_takes_the_xla_body() -> None:
     }
     for name, f in cases.items():
         fwd = jax.jit(lambda x, f=f: f(x, "auto"))
-        assert "jln_cpu_norm" in fwd.lower(x).as_text(), name  # jit: the native kernels
+        assert "custom_call @jln_cpu_norm" in fwd.lower(x).as_text(), name  # jit: the native kernels
 
         def loss(x: Array, impl: str, f: Callable[[Array, str], Any] = f) -> Array:
             return sum(jnp.vdot(ct, v.astype(jnp.float32)) for v in jax.tree.leaves(f(x, impl)))

@@ -325,12 +325,13 @@ def _xla(spec: Spec, x: Array, *params: Array) -> Array:
 
 
 # ----------------------------------------------------------------------------- FFI calls
+# (vmap reaches them through their primitives' batching rule, in _exportable)
 
 
 def _ffi_fwd(spec: Spec, x: Array, *params: Array) -> tuple[Array, Array, Array]:
     stat = jax.ShapeDtypeStruct(x.shape[:-1], jnp.float32)
     call = jax.ffi.ffi_call(
-        _FWD, (jax.ShapeDtypeStruct(x.shape, spec.y_dtype), stat, stat), vmap_method="broadcast_all"
+        _FWD, (jax.ShapeDtypeStruct(x.shape, spec.y_dtype), stat, stat)
     )
     y, m, r = call(x, *params, **spec.attrs())
     return y, m, r
@@ -341,7 +342,6 @@ def _ffi_fwd_add(spec: Spec, x: Array, residual: Array, *params: Array) -> tuple
     call = jax.ffi.ffi_call(
         _FWD_ADD,
         (jax.ShapeDtypeStruct(x.shape, spec.y_dtype), jax.ShapeDtypeStruct(x.shape, x.dtype), stat, stat),
-        vmap_method="broadcast_all",
     )
     y, s, m, r = call(x, residual, *params, **spec.attrs())
     return y, s, m, r
@@ -352,7 +352,6 @@ def _ffi_bwd(spec: Spec, ct: Array, x: Array, *rest: Array) -> tuple[Array, ...]
     call = jax.ffi.ffi_call(
         _BWD,
         (jax.ShapeDtypeStruct(x.shape, x.dtype), *(jax.ShapeDtypeStruct(p.shape, jnp.float32) for p in rest[:-2])),
-        vmap_method="broadcast_all",
     )
     return tuple(call(ct, x, *rest, **spec.attrs()))
 
@@ -373,15 +372,11 @@ def _exporting(ctx: Any) -> bool:
 
 
 def _xla_fwd(spec: Spec, x: Array, *params: Array) -> tuple[Array, Array, Array]:
-    """``_ffi_fwd`` as XLA computes it: ``y`` and the row statistics the kernel saves (the mean
-    about the row's first element, and rstd)."""
-    x32, axes = _stats.upcast(x), (x.ndim - 1,)
-    if spec.center:
-        mean, _, var = _stats.centered(x32, axes)
-        m = (mean - x32[..., :1])[..., 0]
-    else:
-        var, m = _stats.mean_square(x32, axes), jnp.zeros(x.shape[:-1], jnp.float32)
-    return _xla(spec, x, *params), m, _stats.inv_std(var, spec.eps)[..., 0]
+    """``_ffi_fwd`` for export: ``y`` from the XLA body, and zeros for the row statistics, which
+    only the native backward kernel reads (exported, the backward is :func:`_xla_bwd`, the XLA
+    body's VJP, and forward mode is the XLA body's JVP already)."""
+    stat = jnp.zeros(x.shape[:-1], jnp.float32)
+    return _xla(spec, x, *params), stat, stat
 
 
 def _xla_fwd_add(spec: Spec, x: Array, residual: Array, *params: Array) -> tuple[Array, Array, Array, Array]:
@@ -391,13 +386,16 @@ def _xla_fwd_add(spec: Spec, x: Array, residual: Array, *params: Array) -> tuple
 
 
 def _xla_bwd(spec: Spec, ct: Array, x: Array, *rest: Array) -> tuple[Array, ...]:
+    """``_ffi_bwd`` for export: the XLA body's VJP (the statistics in ``rest`` unread)."""
     dx, *dp = jax.vjp(functools.partial(_xla, spec), x, *rest[:-2])[1](ct)
     return (dx, *(d.astype(jnp.float32) for d in dp))
 
 
 def _exportable(name: str, ffi: Any, xla: Any) -> Any:
     """A primitive ``name`` computing ``ffi(spec, *args)`` (the kernel), lowered to ``xla``'s
-    body instead for jax.export; batched as the FFI call's ``broadcast_all``."""
+    body instead for jax.export; batched by moving the mapped axes to the front and
+    broadcasting the unmapped operands there (the kernels take leading axes as more rows and
+    more parameter groups)."""
     from jax.extend.core import Primitive
     from jax.interpreters import batching, mlir
 
@@ -572,9 +570,9 @@ def _register_primitive() -> None:
     global _lin_p, _fwd_p, _fwd_add_p, _bwd_p
     if _lin_p is not None:
         return
-    _fwd_p = _exportable("jln_cpu_norm_fwd", _ffi_fwd, _xla_fwd)
-    _fwd_add_p = _exportable("jln_cpu_norm_add_fwd", _ffi_fwd_add, _xla_fwd_add)
-    _bwd_p = _exportable("jln_cpu_norm_bwd", _ffi_bwd, _xla_bwd)
+    _fwd_p = _exportable(_FWD, _ffi_fwd, _xla_fwd)
+    _fwd_add_p = _exportable(_FWD_ADD, _ffi_fwd_add, _xla_fwd_add)
+    _bwd_p = _exportable(_BWD, _ffi_bwd, _xla_bwd)
     from jax.extend.core import Primitive
     from jax.interpreters import ad, batching, mlir
 

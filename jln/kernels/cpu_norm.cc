@@ -192,6 +192,17 @@ inline vf vbf16_to_f32(vh h) {
 #endif
 }
 
+// A half type's (K: bfloat16 or float16) 16 lanes of bits from float32 (rounded to nearest
+// even) and back (exact).
+template <int K>
+inline vh vnarrow(vf v) {
+  return K == kBF16 ? vf32_to_bf16(v) : vf32_to_half(v);
+}
+template <int K>
+inline vf vwiden(vh h) {
+  return K == kBF16 ? vbf16_to_f32(h) : vhalf_to_f32(h);
+}
+
 template <int K>
 inline vf vload(const void* p, int64_t i) {
   if constexpr (K == kF32) {
@@ -201,7 +212,7 @@ inline vf vload(const void* p, int64_t i) {
   } else {
     vh h;
     std::memcpy(&h, static_cast<const uint16_t*>(p) + i, sizeof(h));
-    return K == kBF16 ? vbf16_to_f32(h) : vhalf_to_f32(h);
+    return vwiden<K>(h);
   }
 }
 
@@ -210,7 +221,7 @@ inline void vstore(void* p, int64_t i, vf v) {
   if constexpr (K == kF32) {
     std::memcpy(static_cast<float*>(p) + i, &v, sizeof(v));
   } else {
-    const vh h = K == kBF16 ? vf32_to_bf16(v) : vf32_to_half(v);
+    const vh h = vnarrow<K>(v);
     std::memcpy(static_cast<uint16_t*>(p) + i, &h, sizeof(h));
   }
 }
@@ -248,9 +259,9 @@ inline vf vround_store(void* p, int64_t i, vf v) {
     vstore<kF32>(p, i, v);
     return v;
   } else {
-    const vh h = K == kBF16 ? vf32_to_bf16(v) : vf32_to_half(v);
+    const vh h = vnarrow<K>(v);
     std::memcpy(static_cast<uint16_t*>(p) + i, &h, sizeof(h));
-    return K == kBF16 ? vbf16_to_f32(h) : vhalf_to_f32(h);
+    return vwiden<K>(h);
   }
 }
 
@@ -834,8 +845,9 @@ inline bool piped(const Config& c) {
 // 1024 or from kInterleaved wide; 1 otherwise. (Modulated rows ran one a step before: their
 // parameter rows, float32 factor and shift, stream from L2 for every row; in pairs, through
 // jln bench's adaptive_layer_norm, DiT's 8 examples, one EPYC core, 5 alternating runs,
-// float32 1.19x at 4096 wide and 1.27x at 16384, half precision 0.99-1.04x, noise.) A pair's rows' reductions (chains of dependent
-// additions, a division and a square root) then overlap each other, and a step's latency is
+// float32 1.19x at 4096 wide and 1.27x at 16384, half precision 0.99-1.04x, noise.) A pair's
+// rows' reductions (chains of dependent additions, a division and a square root) then overlap
+// each other, and a step's latency is
 // spread over two rows. Rows kInterleaved or more wide are swept together, element by element
 // (one loop for both rows' first, second and output passes); shorter pairs run each row's
 // sweeps in turn, one row's reductions finishing while the other row sweeps, and their loads
@@ -847,7 +859,7 @@ inline bool piped(const Config& c) {
 // wide pairs in turn ran 0.89-0.99x, and one row a step stays.
 constexpr int64_t kInterleaved = 4096;
 template <int KX, int KY>
-inline int pipe_rows(const Config& c, int64_t r0, int64_t r1) {
+inline int pipe_rows(const Config& c, int64_t r1) {
   if (KX != KY || !in_place<KX>(c.n) || !c.fused_fwd(KX, KY) || (c.n >= 1024 && c.n < kInterleaved)) return 1;
   for (int k = 0; k < kParams; ++k) {
     // per-example parameters: the pairs end at r1 (fwd_rows_piped runs an odd first row
@@ -1097,7 +1109,7 @@ template <int KX, int KY, bool ADD>
 void fwd_rows_any(const Config& c, const Src in, const Params& P, void* y, float* mean, float* rstd,
                   int64_t r0, int64_t r1) {
   if (piped<KX, KY>(c)) {
-    if (pipe_rows<KX, KY>(c, r0, r1) == 2) {
+    if (pipe_rows<KX, KY>(c, r1) == 2) {
       if constexpr (KX == KY) fwd_rows_piped<KX, KY, ADD, true, 2>(c, in, P, y, mean, rstd, r0, r1);
     } else if (in_place<KX>(c.n)) {
       fwd_rows_piped<KX, KY, ADD, true, 1>(c, in, P, y, mean, rstd, r0, r1);
