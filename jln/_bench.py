@@ -18,7 +18,9 @@ same device).
   (op, shape, dtype, direction) and the copy are sampled in turns, one sample each per round,
   so a machine whose speed drifts (a shared host, a throttling chip) shifts them alike and
   their ratios hold; each round's order is a seeded shuffle, so no implementation always
-  follows the same other. Compilation is timed separately.
+  follows the same other. Compilation is timed separately. On a CPU, jln's native kernel
+  library is built or loaded before the first case (the report's ``native_kernels``), so no
+  case's compile time holds its one-time build.
 * The floor: a copy of the same buffers (2·M·N·b): XLA's ``-x`` and, with torch, torch's
   ``copy_`` into one destination (as XLA's output reuses one allocation), the faster of the
   two; timed once per shape and again in turns with every case, and a record's
@@ -397,6 +399,19 @@ class _Runner:
         # CPU matter; accelerator allocators pool their memory, and a torch CUDA sync waits for
         # every queued call, so there a sample holds all of its outputs
         self.in_flight = CPU_IN_FLIGHT if jax.default_backend() == "cpu" else None
+        self.native = self._native_kernels(cfg.impls)
+
+    @staticmethod
+    def _native_kernels(impls_: Sequence[str]) -> dict[str, Any] | None:
+        """On a CPU, build or load jln's native kernels before any case: the first jln case's
+        compile time would otherwise hold the library's one-time build (about a minute)."""
+        if jax.default_backend() != "cpu" or not {"jln", "jln-native"} & set(impls_):
+            return None
+        from jln.kernels import _cpu
+
+        t0 = time.perf_counter()
+        reason = _cpu.available()
+        return {"ready": reason is None, "reason": reason, "load_s": time.perf_counter() - t0}
 
     @staticmethod
     def _torch_device() -> str | None:
@@ -652,6 +667,7 @@ def run(cfg: Config, progress: Callable[[str], None] | None = None) -> dict[str,
         "versions": versions(),
         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(cfg).items()},
         "in_flight": runner.in_flight,
+        "native_kernels": runner.native,
         "wall_s": time.perf_counter() - t0,
         "interrupted": interrupted,
         "results": runner.results,

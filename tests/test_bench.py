@@ -73,6 +73,14 @@ def test_json_schema(tiny_report: dict) -> None:
             assert r["impl"].startswith("torch") or r["compile_s"] > 0
     if jax.default_backend() == "cpu":
         assert any(s["impl"] == "jln-pallas" and "natively" in s["reason"] for s in tiny_report["skipped"])
+        # the native library was made ready before the cases (its build is no case's compile time)
+        from jln.kernels import _cpu
+
+        native = tiny_report["native_kernels"]
+        assert native["ready"] == (_cpu.available() is None) and native["reason"] == _cpu.available(), native
+        assert native["load_s"] >= 0
+    else:
+        assert tiny_report["native_kernels"] is None
 
 
 def test_copy_floor_is_the_faster_copy(tiny_report: dict) -> None:

@@ -7,12 +7,14 @@ elementwise, forward and backward, through every transform, and the fallbacks ar
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -626,6 +628,10 @@ def test_build_is_cached_and_keyed(tmp_path: Any) -> None:
     assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
     a = _run(build, **env)  # and a later process finds it built
     assert a.returncode == 0, a.stderr
+    # the builder says what it is doing and when it is done (a user's first call waits for it)
+    said = [o[1] for o in outs]
+    assert sum(COMPILING in e for e in said) == 1 and sum("native CPU kernels built in" in e for e in said) == 1, said
+    assert "jln:" not in a.stderr, a.stderr  # a cached library: nothing to say
     assert outs[0][0] == outs[1][0] == a.stdout and a.stdout.strip().endswith(".so")
     builds = _builds(log)
     assert len(builds) == 1, builds  # one build for the three processes
@@ -644,6 +650,52 @@ def test_build_is_cached_and_keyed(tmp_path: Any) -> None:
     assert c.returncode == 0, c.stderr
     assert c.stdout != a.stdout and len(_builds(log)) == 2
     assert sorted(p.name for p in cache.iterdir()) == sorted([".locks", library, os.path.basename(c.stdout.strip())])
+
+
+COMPILING = "jln: compiling its native CPU kernels for this machine"
+
+
+def test_a_build_waiting_for_another_says_so(tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    import fcntl
+
+    path = tmp_path / "locks" / "0123.lock"
+    path.parent.mkdir()
+    entered = threading.Event()
+
+    def waiter() -> None:
+        with _cpu._build_lock(path):
+            entered.set()
+
+    with open(path, "a") as held, caplog.at_level(logging.WARNING, logger="jln"):
+        fcntl.flock(held, fcntl.LOCK_EX)  # another builder holds the lock
+        t = threading.Thread(target=waiter)
+        t.start()
+        deadline = time.time() + 20
+        while "waiting for another process" not in caplog.text and time.time() < deadline:
+            time.sleep(0.01)
+        assert not entered.is_set(), "the lock was taken while another holder had it"
+        fcntl.flock(held, fcntl.LOCK_UN)
+        t.join(timeout=60)
+    assert entered.is_set() and "waiting for another process" in caplog.text and "0123" in caplog.text, caplog.text
+
+
+def test_jln_build_command(tmp_path: Any) -> None:
+    cache, log = tmp_path / "cache", tmp_path / "builds.log"
+    cmd = "import sys; from jln.cli import main; sys.exit(main(['build']))"
+    env = dict(CXX=_fake_compiler(tmp_path / "cxx", "fake-c++ 1.0", log), JLN_CACHE_DIR=str(cache))
+    first, again = _run(cmd, **env), _run(cmd, **env)
+    for done in (first, again):
+        assert done.returncode == 0, done.stderr
+        lib = Path(done.stdout.split(": ")[-1].strip())
+        assert done.stdout.startswith("jln build: native CPU kernels ready") and lib.parent == cache, done.stdout
+        assert lib.is_file() and lib.suffix == ".so", lib
+    assert first.stdout.split(": ")[-1] == again.stdout.split(": ")[-1]
+    assert COMPILING in first.stderr and COMPILING not in again.stderr, (first.stderr, again.stderr)
+    assert len(_builds(log)) == 1  # the second found it built
+    # where the kernels cannot be had: exit 1, and why
+    for bad, why in ((dict(CXX=str(tmp_path / "no-such-compiler")), "no-such-compiler"), (dict(JLN_NATIVE="0"), "JLN_NATIVE=0")):
+        done = _run(cmd, **{"JLN_CACHE_DIR": str(tmp_path / "other"), **bad})
+        assert done.returncode == 1 and why in done.stderr and not done.stdout, (done.stdout, done.stderr)
 
 
 def test_build_prunes_libraries_unused_for_a_month(tmp_path: Any) -> None:

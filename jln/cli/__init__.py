@@ -1,4 +1,4 @@
-"""The ``jln`` console command: ``jln parity`` and ``jln bench``."""
+"""The ``jln`` console command: ``jln parity``, ``jln bench`` and ``jln build``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 _SUBCOMMANDS = {
     "parity": ("jln.cli.parity", "check jln's norms against torch, forward and backward"),
     "bench": ("jln.cli.bench", "jit-benchmark jln's norms against the alternatives and the copy floor"),
+    "build": ("jln.cli.build", "compile jln's native CPU kernels now, so no later process waits for them"),
 }
 
 

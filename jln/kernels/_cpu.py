@@ -48,6 +48,7 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import logging
 import math
 import os
 import platform
@@ -76,6 +77,7 @@ FLAGS = ("-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-fno-math-e
 #: handlers. One EPYC core, g++ 12: 4-13 s each, bfloat16 to bfloat16 the longest; 85 s in
 #: all against 83 s for one unit, so 46 s on 2 cores and about 13 s on 9 or more.
 PARTS = (*((f"-DJLN_KX={kx}", f"-DJLN_KY={ky}") for kx in (1, 2, 0) for ky in (1, 2, 0)), ("-DJLN_MAIN",))
+_LOG = logging.getLogger("jln")
 _KINDS = {jnp.dtype(jnp.float32): 0, jnp.dtype(jnp.bfloat16): 1, jnp.dtype(jnp.float16): 2}
 _FWD, _FWD_ADD, _BWD = "jln_cpu_norm_fwd", "jln_cpu_norm_add_fwd", "jln_cpu_norm_bwd"
 
@@ -122,7 +124,7 @@ def _cores() -> int:
 @contextlib.contextmanager
 def _build_lock(path: Path) -> Iterator[None]:
     """Holds an exclusive lock on ``path`` (POSIX; elsewhere no lock: concurrent builders then
-    build side by side, each into its own temp files)."""
+    build side by side, each into its own temp files); says so when another process holds it."""
     try:
         import fcntl
     except ImportError:
@@ -130,23 +132,27 @@ def _build_lock(path: Path) -> Iterator[None]:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: another process is building this library
+            _LOG.warning("jln: waiting for another process that is building jln's native CPU kernels (%s)", path.stem)
+            fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _compile(cxx: str, include: str, tmpdir: str) -> list[str]:
-    """Compile :data:`PARTS` side by side (as many at once as this process has cores); return
-    the object files, in :data:`PARTS` order."""
+def _compile(cxx: str, include: str, tmpdir: str, workers: int) -> list[str]:
+    """Compile :data:`PARTS` side by side (``workers`` at once); return the object files, in
+    :data:`PARTS` order."""
     objs = [os.path.join(tmpdir, f"part{k}.o") for k in range(len(PARTS))]
 
     def one(k: int) -> subprocess.CompletedProcess[str]:
         cmd = [cxx, *FLAGS, "-DJLN_SPLIT", *PARTS[k], f"-I{include}", "-c", str(SOURCE), "-o", objs[k]]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(PARTS), _cores()))) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         done = list(pool.map(one, range(len(PARTS))))
     for k, d in enumerate(done):
         if d.returncode != 0:
@@ -175,9 +181,15 @@ def _build() -> Path:
     with _build_lock(_lock(key)):
         if _touch(out):  # built by another process while this one waited
             return out
+        workers = max(1, min(len(PARTS), _cores()))
+        _LOG.warning(
+            "jln: compiling its native CPU kernels for this machine, once per compiler, jaxlib and CPU "
+            "(%d parts, %d at a time; about a minute on 2 cores) into %s. `jln build` does this ahead of "
+            "time; JLN_NATIVE=0 keeps jln on the XLA path instead.", len(PARTS), workers, out.parent)
+        start = time.perf_counter()
         tmpdir = tempfile.mkdtemp(prefix=".build-", dir=out.parent)
         try:
-            objs = _compile(cxx, include, tmpdir)
+            objs = _compile(cxx, include, tmpdir, workers)
             lib = os.path.join(tmpdir, out.name)
             done = subprocess.run([cxx, "-shared", "-fPIC", *objs, "-o", lib], capture_output=True, text=True,
                                   timeout=300)
@@ -186,6 +198,7 @@ def _build() -> Path:
             os.replace(lib, out)  # atomic: a reader sees no library or the whole one
         finally:
             shutil.rmtree(tmpdir, ignore_errors=True)
+        _LOG.warning("jln: native CPU kernels built in %.0f s: %s", time.perf_counter() - start, out.name)
     _prune(out)
     return out
 
@@ -227,6 +240,13 @@ def _prune(keep: Path) -> None:
 
 
 _LOCK = threading.Lock()
+_LIBRARY: Path | None = None  # the library this process loaded
+
+
+def library() -> Path | None:
+    """The kernel library this process has loaded (``None`` before :func:`available` has
+    loaded it, or where it cannot)."""
+    return _LIBRARY
 
 
 def _load() -> str | None:
@@ -240,14 +260,17 @@ def _load() -> str | None:
 def _load_locked() -> str | None:
     if os.environ.get("JLN_NATIVE") == "0":
         return "disabled by the environment variable JLN_NATIVE=0"
+    global _LIBRARY
     try:
         _register_primitive()
-        lib = ctypes.CDLL(str(_build()))
+        path = _build()
+        lib = ctypes.CDLL(str(path))
         jax.ffi.register_ffi_target(_FWD, jax.ffi.pycapsule(lib.JlnNormFwd), platform="cpu")
         jax.ffi.register_ffi_target(_FWD_ADD, jax.ffi.pycapsule(lib.JlnNormAddFwd), platform="cpu")
         jax.ffi.register_ffi_target(_BWD, jax.ffi.pycapsule(lib.JlnNormBwd), platform="cpu")
     except Exception as e:  # no compiler, a failed build, or a JAX without the APIs used here
         return f"the native CPU kernels could not be built or loaded ({type(e).__name__}: {e})"
+    _LIBRARY = path
     return None
 
 
