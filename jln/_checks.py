@@ -18,6 +18,13 @@ import numpy as np
 Axis = int | Sequence[int]
 
 
+def rows_and_width(shape: Sequence[int], n_axes: int) -> tuple[int, int]:
+    """``(rows, n)`` of an array of ``shape`` whose last ``n_axes`` axes are normalized: the
+    layout every kernel takes (``[rows, n]``)."""
+    k = len(shape) - n_axes
+    return math.prod(shape[:k]), math.prod(shape[k:])
+
+
 def check_floating(x: Any, fn: str, name: str = "x") -> None:
     """Raise ``TypeError`` unless ``x`` is an array with a floating dtype."""
     dtype = getattr(x, "dtype", None)

@@ -3,7 +3,6 @@ native CPU kernels."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -47,7 +46,7 @@ def choose(
         if reason is not None:
             raise ValueError(f"{fn}: impl='pallas' is not available here: {reason}. Use impl='xla' or 'auto'.")
         return "pallas"
-    if reason is None and kernels.native(backend, _row_width(x, static)):
+    if reason is None and kernels.native(backend, _checks.rows_and_width(x.shape, len(static["axes"]))[1]):
         return "pallas"
     return "xla"
 
@@ -65,10 +64,6 @@ def platform_of(x: Any) -> str:
         if len(platforms) == 1:
             return platforms.pop()
     return jax.default_backend()
-
-
-def _row_width(x: Any, static: dict[str, Any]) -> int:
-    return math.prod(x.shape[a] for a in static["axes"])
 
 
 def apply(

@@ -32,14 +32,13 @@ evenly is gathered too.
 from __future__ import annotations
 
 import functools
-import math
 import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from jln import _layer_norm, _rms_norm
+from jln import _checks, _layer_norm, _rms_norm
 from jln.kernels import _norm, _plan
 
 Array = jax.Array
@@ -108,7 +107,7 @@ def unsupported_reason(op: str, x: Any, axis_name: Any, *, backend: str, **stati
     dtypes = [x.dtype] + [static[k] for k in ("out_dtype", "mod_dtype") if static.get(k) is not None]
     if any(jnp.dtype(d) not in (jnp.float32, jnp.bfloat16, jnp.float16) for d in dtypes):
         return f"kernels take float32, bfloat16 and float16 (received {[str(jnp.dtype(d)) for d in dtypes]}); float64 runs on the XLA path"
-    n = math.prod(x.shape[ndim - len(axes) :])
+    n = _checks.rows_and_width(x.shape, len(axes))[1]
     if n == 0:
         return "the normalized axes are empty"
     if n > _plan.MAX_WIDTH:
@@ -145,7 +144,7 @@ def _run(
     their sum ``s`` as the XLA path computes it (only its shape and dtype are used) and the
     kernel reads ``a`` and ``b``, returning ``(y, s)``."""
     k = x.ndim - len(axes)
-    rows, n = math.prod(x.shape[:k]), math.prod(x.shape[k:])
+    rows, n = _checks.rows_and_width(x.shape, len(axes))
     target, interpret = _target(x)
     present = {name: c for name, c in named.items() if c is not None}
     arrays = [_prepare(c, x.shape, k, n) for c in present.values()]

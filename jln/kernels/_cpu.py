@@ -65,7 +65,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jln import _layer_norm, _rms_norm, _stats
+from jln import _checks, _layer_norm, _rms_norm, _stats
 
 Array = jax.Array
 
@@ -671,8 +671,8 @@ def _run(spec: Spec, x: Array, params: tuple[Array | None, ...], axes: tuple[int
     if reason is not None:
         raise RuntimeError(f"impl='native': {reason}")
     k = x.ndim - len(axes)
-    n = math.prod(x.shape[k:])
-    shape2 = (math.prod(x.shape[:k]), n)
+    shape2 = _checks.rows_and_width(x.shape, len(axes))
+    n = shape2[1]
     flat = [_dummy(jnp.float32) if p is None else _grouped(p, x.shape, k, n) for p in params]
     # the residual step is fused when x, the residual and their sum x share one dtype;
     # otherwise XLA has added them (x), and the kernel normalizes x
