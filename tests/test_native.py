@@ -256,14 +256,15 @@ def test_shapes_including_threaded_chunks(shape: tuple[int, ...], dt: Any) -> No
 
 
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: jnp.dtype(d).name)
-@pytest.mark.parametrize("width", [200, 1024, 1033, 2049])
+@pytest.mark.parametrize("width", [200, 512, 513, 1024, 1033, 2049])
 def test_rows_on_every_side_of_the_scratch_row_rules(width: int, dt: Any) -> None:
-    # half rows of up to 1024 elements keep d = (x - p) - m in their float32 scratch row and
-    # the output sweeps only scale it; up to 2048 the scratch row keeps x - p and the sweeps
-    # subtract m; wider rows are read in place (pivot and mean subtracted in every pass). Each
-    # side (1033 and 2049 with a scalar tail; 200: rows in blocks of 8, 6 rows = a partial
-    # block), through the fused simple sweep (layer_norm, the residual step) and the general
-    # one (adaptive LayerNorm's modulation, llama's rounding steps)
+    # half rows up to 512 wide and wider than 2048 are read in place (pivot and mean
+    # subtracted in every pass; up to 512 in the row pipeline's pairs); from 513 to 1024 they
+    # keep d = (x - p) - m in their float32 scratch row and the output sweeps only scale it; up
+    # to 2048 the scratch row keeps x - p and the sweeps subtract m. Each side (513, 1033 and
+    # 2049 with a scalar tail; 6 rows: 3 pairs, and a partial block of 8 for the scratch rows),
+    # through the fused simple sweep (layer_norm, the residual step) and the general one
+    # (adaptive LayerNorm's modulation, llama's rounding steps)
     x, w, b, ct = _inputs(dt, (2, 3, width), offset=3.0)
     ops = _ops(dt)
     for name in ("layer_norm", "add_layer_norm", "adaptive/dit_final", "rms/llama"):

@@ -504,10 +504,14 @@ inline bool holds_d(int64_t n) {
 // rather than from a float32 scratch row filled by the first pass: float32 rows always; half
 // rows wider than 2048, whose scratch row would not stay in L1 beside the parameter rows
 // (bfloat16 LayerNorm, one Xeon core: in place 1.04-1.14x at 4096 wide, 1.22-1.26x at 16384,
-// 0.80x at 2048).
+// 0.80x at 2048); and half rows up to 512 wide, which then run in the row pipeline (pairs whose
+// reductions overlap) instead of blocks through the scratch row (one EPYC core, kernel alone,
+// bfloat16 and float16 LayerNorm and RMSNorm, 3 alternating runs, in cache and from memory:
+// in place 1.00-1.50x per case at 256, 384 and 512 wide; 0.90-1.29x at 768 and 0.80-1.16x at
+// 1024, which keep the scratch row).
 template <int KX>
 inline bool in_place(int64_t n) {
-  return KX == kF32 || n > 2048;
+  return KX == kF32 || n <= 512 || n > 2048;
 }
 
 // Elements j..j+15 (row_vec) or j (row_1) of a row as float32: with IP, from the source row
