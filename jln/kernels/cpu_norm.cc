@@ -491,10 +491,12 @@ inline float src1(const Src in, int64_t i) {
   }
 }
 
-// Whether the second statistics pass leaves d in the scratch row of a half row of n elements:
-// only for short rows, whose scratch row and float32 parameter rows stay in L1 together (in
-// cache, bfloat16 LayerNorm: 1.02-1.07x at 256 and 1024 wide; wider, writing the row back costs
-// more than the output sweep's subtraction it saves: 0.93-0.99x at 2048, 4096 and 16384).
+// Whether the second statistics pass leaves d in the scratch row of a half row of n elements
+// (scratch rows are 513 to 2048 wide, see in_place): only for short rows, whose scratch row and
+// float32 parameter rows stay in L1 together (in cache, bfloat16 LayerNorm: 1.02-1.07x at 256
+// and 1024 wide, measured when 256-wide rows still took a scratch row; wider, writing the row
+// back costs more than the output sweep's subtraction it saves: 0.93-0.99x at 2048, 4096 and
+// 16384).
 template <int KX>
 inline bool holds_d(int64_t n) {
   return KX != kF32 && n <= 1024;
