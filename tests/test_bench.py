@@ -18,7 +18,7 @@ from jln.cli import main as jln_main
 
 TINY = ["--widths", "256", "--rows", "64", "--reps", "2", "--warmup", "1", "--quiet"]
 RECORD_KEYS = {"impl", "op", "shape", "dtype", "direction", "median_us", "gbps", "pct_of_copy",
-               "compile_s", "residual_bytes_per_elem", "bytes"}
+               "compile_s", "residual_bytes_per_elem", "bytes", "faults_per_call"}
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +68,7 @@ def test_json_schema(tiny_report: dict) -> None:
         op = "layer_norm" if r["op"] == "copy" else r["op"]  # the copy moves 2·M·N·b, as a forward
         assert r["bytes"] == _bench.bytes_moved(op, 64, 256, itemsize, r["direction"])
         assert math.isclose(r["gbps"], r["bytes"] / r["median_us"] / 1e3, rel_tol=1e-9)
+        assert r["faults_per_call"] is None or r["faults_per_call"] >= 0
         if r["impl"] != "copy":
             assert r["residual_bytes_per_elem"] > 0
             assert r["impl"].startswith("torch") or r["compile_s"] > 0
@@ -226,6 +227,47 @@ def test_in_flight_bounds_the_outputs_a_sample_holds() -> None:
         else:
             assert timed == [list(range(m))]
             assert peak == m
+
+
+@pytest.mark.skipif(_bench.minor_faults() is None, reason="this platform does not count page faults (getrusage)")
+def test_time_interleaved_counts_page_faults() -> None:
+    # a call writing into memory fresh from the OS faults a page in per 4 KiB it writes: 8 MiB
+    # mapped and touched per call (an anonymous mapping, so no allocator keeps it between calls)
+    # is about 2048 faults; a call that writes nothing, about none
+    import mmap
+
+    size = 8 << 20
+
+    def fresh(i: int) -> int:
+        with mmap.mmap(-1, size) as m:
+            m.write(b"\1" * size)
+        return i
+
+    tms = _bench.time_interleaved({"fresh": (fresh, 2, lambda outs: None), "none": (lambda i: i, 2, lambda outs: None)},
+                                  reps=5, warmup=1, min_sample_s=0.0)
+    assert 0.9 * size / 4096 <= tms["fresh"].faults_per_call <= 1.5 * size / 4096, tms["fresh"]
+    assert tms["none"].faults_per_call < 64, tms["none"]  # the interpreter's own, at most
+
+
+def test_faulted_cases_are_listed() -> None:
+    # the markdown names the records whose calls faulted in at least FAULTED_SHARE of the pages
+    # their case moves, and only those
+    def rec(impl: str, faults: float | None) -> dict:
+        return {"impl": impl, "op": "layer_norm", "shape": [1024, 256], "dtype": "float32", "direction": "fwd",
+                "median_us": 100.0, "min_us": 90.0, "gbps": 21.0, "pct_of_copy": 50.0, "bytes": 2 << 20,
+                "residual_bytes_per_elem": 4.0, "faults_per_call": faults}
+
+    pages = (2 << 20) / 4096
+    report = {"device": {"platform": "cpu", "name": "test", "cores": 1, "torch_device": None},
+              "versions": {}, "skipped": [],
+              "results": [rec("jln", 0.0), rec("flax", _bench.FAULTED_SHARE * pages), rec("jnp", None),
+                          rec("torch", _bench.FAULTED_SHARE * pages - 1)]}
+    assert [r["impl"] for r in _bench.faulted_cases(report)] == ["flax"]
+    md = _bench.markdown(report)
+    assert "| flax | layer_norm | 1024×256 | float32 | fwd | 26 | 100 |" in md, md
+    assert "| torch | layer_norm" not in md
+    report["results"][1]["faults_per_call"] = 0.0
+    assert "page faults" not in _bench.markdown(report)
 
 
 def test_time_interleaved_takes_turns() -> None:
