@@ -236,8 +236,8 @@ def time_interleaved(calls: dict[str, Timed], *, reps: int, warmup: int, min_sam
             faults[name] = None if before is None or f0 is None or f1 is None else before + f1 - f0
             calls_made[name] += m
             nxt[name] = k + m
-    return {name: Timing(float(np.median(v)), float(np.min(v)), len(v), inner[name],
-                         None if faults[name] is None else faults[name] / max(calls_made[name], 1))
+    per_call = {name: None if (f := faults[name]) is None else f / max(calls_made[name], 1) for name in names}
+    return {name: Timing(float(np.median(v)), float(np.min(v)), len(v), inner[name], per_call[name])
             for name, v in samples.items()}
 
 
