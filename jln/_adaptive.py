@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _checks, _layer_norm, _stats
+from jln import _checks, _eager, _layer_norm, _stats
 from jln._checks import Axis
 
 Array = jax.Array
@@ -100,6 +100,7 @@ def expand_condition(c: Any, x_shape: tuple[int, ...], name: str, fn: str) -> Ar
     )
 
 
+@_eager.compiled_when_eager("x", "shift", "scale")
 def modulate(x: Array, shift: Array | None, scale: Array | None, *, scale_offset: float = 1.0) -> Array:
     r"""DiT's modulation ``x * (scale_offset + scale) + shift`` (``scale_offset=1``).
 
@@ -138,6 +139,7 @@ def modulate(x: Array, shift: Array | None, scale: Array | None, *, scale_offset
         return y.astype(mod_dtype)
 
 
+@_eager.compiled_when_eager("x", "emb", "scale", "bias")
 def adaptive_layer_norm(
     x: Array,
     emb: Array,

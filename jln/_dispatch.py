@@ -8,7 +8,7 @@ from typing import Any
 
 import jax
 
-from jln import _checks, _distributed
+from jln import _checks, _distributed, _eager
 
 IMPLS = ("auto", "xla", "pallas", "native")
 
@@ -53,9 +53,13 @@ def choose(
 
 def platform_of(x: Any) -> str:
     """The platform a call on ``x`` runs on: a concrete array's devices' (an eager call on a
-    CPU array on a GPU machine runs on the CPU), else the default backend. A traced value
-    carries no device, so under ``jit`` the default backend decides: to run a jitted norm on
-    the CPU of a GPU machine, pass ``impl="xla"``."""
+    CPU array on a GPU machine runs on the CPU; compiled whole, see :mod:`jln._eager`, it
+    keeps that platform), else the default backend. A traced value carries no device, so
+    under a user's ``jit`` the default backend decides: to run a jitted norm on the CPU of a
+    GPU machine, pass ``impl="xla"``."""
+    eager = _eager.traced_platform()
+    if eager is not None:
+        return eager
     if isinstance(x, jax.Array):
         try:
             platforms = {d.platform for d in x.devices()}

@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _checks, _dispatch, _stats
+from jln import _checks, _dispatch, _eager, _stats
 from jln._checks import Axis
 
 Array = jax.Array
@@ -159,6 +159,7 @@ def prepare_params(
     return axes, s, b
 
 
+@_eager.compiled_when_eager("x", "scale", "bias")
 def layer_norm(
     x: Array,
     scale: Array | None = None,
@@ -242,6 +243,7 @@ def add_in(x: Array, residual: Array, dtype: Any) -> Array:
     return x.astype(dtype) + residual.astype(dtype)
 
 
+@_eager.compiled_when_eager("x", "residual", "scale", "bias")
 def add_layer_norm(
     x: Array,
     residual: Array,

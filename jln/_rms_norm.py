@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _checks, _dispatch, _stats
+from jln import _checks, _dispatch, _eager, _stats
 from jln._checks import Axis
 from jln._layer_norm import prepare_params, residual_sum
 
@@ -222,6 +222,7 @@ def prepare(
     return axes, eps_f, conv, s, b, out
 
 
+@_eager.compiled_when_eager("x", "scale", "bias")
 def rms_norm(
     x: Array,
     scale: Array | None = None,
@@ -294,6 +295,7 @@ def rms_norm(
     )
 
 
+@_eager.compiled_when_eager("x", "residual", "scale")
 def add_rms_norm(
     x: Array,
     residual: Array,

@@ -360,3 +360,26 @@ def test_backward_alone_direction(tmp_path: object) -> None:
         if r["direction"] == "bwd":
             assert r["bytes"] == _bench.bytes_moved(r["op"], 64, 256, 4, "bwd") and r["median_us"] > 0
     assert "| bwd |" in (tmp_path / "b.md").read_text()  # type: ignore[operator]
+
+
+def test_eager_suite_runs(tmp_path: pathlib.Path) -> None:
+    # bench/eager.py on a tiny case: one row per op, the ratios those rows' own times give
+    import importlib.util
+
+    pytest.importorskip("torch")
+    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "eager.py"
+    spec = importlib.util.spec_from_file_location("jln_bench_eager", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "eager.md"
+    assert mod.main([str(out), "--widths", "128", "--dtypes", "bfloat16", "--elements", "4096", "--reps", "2"]) == 0
+    rows = [line.split(" | ") for line in out.read_text().splitlines() if line.startswith("| ") and "×" in line]
+    assert [r[0] for r in rows] == ["| layer_norm", "| add_layer_norm", "| rms_norm"]
+    for r in rows:
+        assert r[1] == "32×128" and r[2] == "bfloat16"
+        eager, op_by_op, jit, torch_eager = (float(v) for v in r[4:8])
+        assert min(eager, op_by_op, jit, torch_eager) > 0
+        # (the cells are rounded to whole microseconds, the ratios taken before rounding)
+        assert float(r[8]) == pytest.approx(op_by_op / eager, rel=1.5 / min(eager, op_by_op) + 0.01)
+        assert float(r[9]) == pytest.approx(eager / jit, rel=1.5 / min(eager, jit) + 0.01)

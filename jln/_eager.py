@@ -1,0 +1,90 @@
+"""Eager calls of jln's functions, compiled whole.
+
+Called outside ``jit`` on concrete arrays, a jln function would otherwise run op by op: each
+reshape, cast and parameter broadcast its own dispatched XLA program, every reshape of the
+input a copy of it, and ``add_*_norm``'s residual sum computed once more beside the kernel that
+fuses it. Measured on one EPYC core (4096x256): float32 ``layer_norm`` took 1104 us per call
+op by op against 342 us jitted, ``add_layer_norm`` 2432 us against 752 us. So an eager call
+runs the same function under ``jax.jit`` instead (cached per shapes, dtypes and static
+arguments, as any jitted function), with the kernel choice made for the platform the input
+array lives on, as an op-by-op call makes it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import jax
+import numpy as np
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar("jln_eager_platform", default=None)
+
+
+def traced_platform() -> str | None:
+    """The platform of the eager call being compiled (see :func:`compiled_when_eager`), or
+    ``None`` outside one: what :func:`jln._dispatch.platform_of` answers for its tracers."""
+    return _PLATFORM.get()
+
+
+def compiled_when_eager(*array_args: str) -> Callable[[F], F]:
+    """Decorate a public function whose parameters ``array_args`` take arrays: called with no
+    tracer among its arguments and a ``jax.Array`` or NumPy array as its first, it runs under
+    ``jax.jit`` with those arrays traced and every other argument static (the same numbers:
+    each rounding step of jln's contract is an explicit conversion, which XLA keeps).
+
+    It runs op by op as before where a call cannot be compiled this way: under a transformation
+    (a tracer among the arguments), when the first argument is no array (its own checks then
+    say what is wrong), and when another argument is unhashable or an array not named in
+    ``array_args`` (e.g. ``eps`` as a JAX scalar, or a list for ``order``). Errors are raised
+    while tracing, so they keep their types and messages."""
+
+    def wrap(fn: F) -> F:
+        sig = inspect.signature(fn)
+        first = next(iter(sig.parameters))
+
+        @functools.partial(jax.jit, static_argnames=("static", "platform"))
+        def compiled(arrays: dict[str, Any], *, static: tuple[tuple[str, Any], ...], platform: str) -> Any:
+            token = _PLATFORM.set(platform)
+            try:
+                return fn(**arrays, **dict(static))
+            finally:
+                _PLATFORM.reset(token)
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            from jln._dispatch import platform_of
+
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except TypeError:
+                return fn(*args, **kwargs)  # its own TypeError, unchanged
+            given = bound.arguments
+            x = given.get(first)
+            if not isinstance(x, (jax.Array, np.ndarray)) or isinstance(x, jax.core.Tracer):
+                return fn(*args, **kwargs)
+            arrays: dict[str, Any] = {}
+            static: list[tuple[str, Any]] = []
+            for name, v in given.items():
+                if isinstance(v, jax.core.Tracer):
+                    return fn(*args, **kwargs)
+                if name in array_args and isinstance(v, (jax.Array, np.ndarray)):
+                    arrays[name] = v
+                else:
+                    static.append((name, v))
+            key = tuple(static)
+            try:
+                hash(key)
+            except TypeError:
+                return fn(*args, **kwargs)
+            return compiled(arrays, static=key, platform=platform_of(x))
+
+        call.__wrapped__ = fn  # type: ignore[attr-defined]
+        return call  # type: ignore[return-value]
+
+    return wrap
