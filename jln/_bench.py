@@ -718,8 +718,12 @@ def _index(results: Sequence[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str,
 
 
 def ratios(report: dict[str, Any], impl: str = "jln") -> Iterator[dict[str, Any]]:
-    """Per (op, dtype, direction): geometric means over widths of ``impl``'s time / others'."""
+    """Per (op, dtype, direction): geometric means over widths of ``impl``'s time / others'
+    (``row[other]``), and, where some width's pair includes page faults (:func:`faulted_cases`),
+    the same mean over the other widths (``row[f"{other}_unfaulted"]``: ``None`` when every
+    width's pair faulted)."""
     idx = _index(report["results"])
+    faulted = {id(r) for r in faulted_cases(report)}
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in report["results"]:
         if r["impl"] == impl:
@@ -731,21 +735,34 @@ def ratios(report: dict[str, Any], impl: str = "jln") -> Iterator[dict[str, Any]
         for other in impls.IMPLS:
             if other == impl:
                 continue
-            vals, res = [], None
+            vals, clean, res = [], [], None
             for r in rs:
                 o = idx.get((other, op, tuple(r["shape"]), dtype, direction))
                 if o is not None:
                     vals.append(r["median_us"] / o["median_us"])
+                    if id(r) not in faulted and id(o) not in faulted:
+                        clean.append(vals[-1])
                     res = o["residual_bytes_per_elem"]
             if vals:
                 row[other] = _gmean(vals)
                 row[f"{other}_residual"] = res
+                if len(clean) < len(vals):
+                    row[f"{other}_unfaulted"] = _gmean(clean)
         yield row
 
 
 def _gmean(vals: Sequence[float | None]) -> float | None:
     v = [x for x in vals if x]
     return float(np.exp(np.mean(np.log(v)))) if v else None
+
+
+def _ratio_cell(row: dict[str, Any], other: str) -> str:
+    """A ratio table's cell: the geometric mean, then in parentheses the mean over the widths
+    whose pair did not fault (see :func:`ratios`), where some did."""
+    cell = _fmt(row.get(other))
+    if f"{other}_unfaulted" in row:
+        cell += f" ({_fmt(row[f'{other}_unfaulted'])})"
+    return cell
 
 
 def _fmt(v: float | None, spec: str = ".2f") -> str:
@@ -793,7 +810,8 @@ def markdown(
         "device, over input buffers spanning four times the last-level cache). *B/elem* is what reverse mode saves for the backward pass per "
         "input element, jln / flax. Directions: *fwd* the forward, *bwd* the reverse pass alone "
         "from saved residuals, *fwd+bwd* both in one call; *bwd* and *fwd+bwd* count the "
-        "backward's bytes (read x and dy, write dx).",
+        "backward's bytes (read x and dy, write dx). A ratio in parentheses is the mean over the "
+        "widths where neither side faulted pages in (listed below the tables), where some did.",
     ]
     for head in headline:
         measured = {r["impl"] for r in report["results"]}
@@ -812,7 +830,7 @@ def markdown(
             res = f"{_fmt(r['residual'], '.1f')} / {_fmt(r.get('flax_residual'), '.1f')}"
             lines.append(
                 f"| {r['op']} | {r['dtype']} | {r['direction']} | "
-                + " | ".join(_fmt(r.get(o)) for o in others)
+                + " | ".join(_ratio_cell(r, o) for o in others)
                 + f" | {_fmt(r['pct_of_copy'], '.0f')} | {res} |"
             )
     idx = _index(report["results"])

@@ -383,3 +383,24 @@ def test_eager_suite_runs(tmp_path: pathlib.Path) -> None:
         # (the cells are rounded to whole microseconds, the ratios taken before rounding)
         assert float(r[8]) == pytest.approx(op_by_op / eager, rel=1.5 / min(eager, op_by_op) + 0.01)
         assert float(r[9]) == pytest.approx(eager / jit, rel=1.5 / min(eager, jit) + 0.01)
+
+
+def test_ratios_say_what_they_are_without_faulted_widths() -> None:
+    # jln against flax at two widths; flax faulted pages in at the first: the geometric mean
+    # over both, and in parentheses the ratio at the width where neither faulted
+    def rec(impl: str, width: int, us: float, faults: float) -> dict:
+        return {"impl": impl, "op": "layer_norm", "shape": [1 << 20 // width, width], "dtype": "float32",
+                "direction": "fwd", "median_us": us, "min_us": us, "gbps": 1.0, "pct_of_copy": 50.0,
+                "bytes": 8 << 20, "residual_bytes_per_elem": 4.0, "faults_per_call": faults}
+
+    report = {"device": {"platform": "cpu", "name": "test", "cores": 1, "torch_device": None}, "versions": {},
+              "skipped": [], "results": [rec("jln", 256, 100.0, 0.0), rec("flax", 256, 400.0, 2048.0),
+                                         rec("jln", 1024, 100.0, 0.0), rec("flax", 1024, 125.0, 0.0)]}
+    (row,) = _bench.ratios(report)
+    assert row["flax"] == pytest.approx(math.sqrt(0.25 * 0.8))
+    assert row["flax_unfaulted"] == pytest.approx(0.8)
+    assert "| layer_norm | float32 | fwd | 0.45 (0.80) |" in _bench.markdown(report)
+    report["results"][1]["faults_per_call"] = 0.0
+    (row,) = _bench.ratios(report)
+    assert "flax_unfaulted" not in row
+    assert "| layer_norm | float32 | fwd | 0.45 |" in _bench.markdown(report)
