@@ -26,6 +26,20 @@ F = TypeVar("F", bound=Callable[..., Any])
 _PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar("jln_eager_platform", default=None)
 
 
+@functools.cache
+def _array_type() -> type:
+    """The type of JAX's concrete arrays (asked of one, so no private name is imported; made
+    concrete even when first asked while tracing)."""
+    with jax.ensure_compile_time_eval():
+        return type(jax.numpy.zeros(()))
+
+
+def is_traced(v: Any) -> bool:
+    """Whether ``v`` is a JAX value under a transformation (a ``jax.Array`` that is not a
+    concrete one); decided without ``jax.core``, whose exports newer JAX trims."""
+    return isinstance(v, jax.Array) and not isinstance(v, _array_type())
+
+
 def traced_platform() -> str | None:
     """The platform of the eager call being compiled (see :func:`compiled_when_eager`), or
     ``None`` outside one: what :func:`jln._dispatch.platform_of` answers for its tracers."""
@@ -66,12 +80,12 @@ def compiled_when_eager(*array_args: str) -> Callable[[F], F]:
                 return fn(*args, **kwargs)  # its own TypeError, unchanged
             given = bound.arguments
             x = given.get(first)
-            if not isinstance(x, (jax.Array, np.ndarray)) or isinstance(x, jax.core.Tracer):
+            if not isinstance(x, (jax.Array, np.ndarray)) or is_traced(x):
                 return fn(*args, **kwargs)
             arrays: dict[str, Any] = {}
             static: list[tuple[str, Any]] = []
             for name, v in given.items():
-                if isinstance(v, jax.core.Tracer):
+                if is_traced(v):
                     return fn(*args, **kwargs)
                 if name in array_args and isinstance(v, (jax.Array, np.ndarray)):
                     arrays[name] = v

@@ -38,6 +38,17 @@ def _calls(dtype: Any, impl: str) -> dict[str, tuple[Any, tuple[Any, ...], dict[
     }
 
 
+def test_is_traced_tells_tracers_from_arrays() -> None:
+    # (the concrete type first asked for while tracing, as a first eager call inside jit would)
+    _eager._array_type.cache_clear()
+    seen: list[bool] = []
+    x = jnp.ones(3)
+    jax.jit(lambda v: seen.append(_eager.is_traced(v)) or v)(x)
+    jax.grad(lambda v: seen.append(_eager.is_traced(v)) or v.sum())(x)
+    assert seen == [True, True]
+    assert not _eager.is_traced(x) and not _eager.is_traced(np.ones(3)) and not _eager.is_traced(1.0)
+
+
 @pytest.mark.parametrize("impl", ["auto", "xla"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
 def test_compiled_eager_call_is_the_jitted_call(dtype: Any, impl: str) -> None:
@@ -67,7 +78,7 @@ def test_eager_call_is_traced_once_with_the_arrays_platform(monkeypatch: pytest.
     choose = _dispatch.choose
 
     def spy(impl: str, fn: str, op: str, x: Any, *args: Any, **kwargs: Any) -> str:
-        seen.append((isinstance(x, jax.core.Tracer), _dispatch.platform_of(x), _eager.traced_platform()))
+        seen.append((_eager.is_traced(x), _dispatch.platform_of(x), _eager.traced_platform()))
         return choose(impl, fn, op, x, *args, **kwargs)
 
     monkeypatch.setattr(_dispatch, "choose", spy)
@@ -89,7 +100,7 @@ def test_eager_calls_that_stay_op_by_op_still_work(monkeypatch: pytest.MonkeyPat
     traced: list[bool] = []
     choose = _dispatch.choose
     monkeypatch.setattr(_dispatch, "choose", lambda impl, fn, op, x, *a, **k: traced.append(
-        isinstance(x, jax.core.Tracer)) or choose(impl, fn, op, x, *a, **k))
+        _eager.is_traced(x)) or choose(impl, fn, op, x, *a, **k))
     want = jln.layer_norm(x, eps=0.125)
     traced.clear()
     got = jln.layer_norm(x, eps=jnp.float32(0.125))
