@@ -122,6 +122,9 @@ def test_eager_calls_that_stay_op_by_op_still_work(monkeypatch: pytest.MonkeyPat
         lambda x: jln.add_rms_norm(x, x[:, :4]),
         lambda x: jln.layer_norm(x, axis_name="model"),
         lambda x: jln.layer_norm(x, impl="cuda"),
+        lambda x: jln.layer_norm(x, None, None, 1e-5),  # eps is keyword-only
+        lambda x: jln.layer_norm(x, epsilon=1e-5),
+        lambda x: jln.layer_norm(x, x=x),
     ],
 )
 def test_eager_errors_are_the_op_by_op_errors(call: Any) -> None:
