@@ -59,7 +59,12 @@ def _case(op: str, rows: int, width: int, dtype: str, reps: int) -> dict[str, An
         "copy": (lambda i: dst.copy_(tin[i]["x"]), n_buffers, lambda _: None),
     }
     tm = _bench.time_interleaved(calls, reps=reps, warmup=3, min_sample_s=0.02, in_flight=0)
-    return {name: t.median_s * 1e6 for name, t in tm.items()}
+    return {**{name: t.median_s * 1e6 for name, t in tm.items()},
+            **{f"{name} faults": t.faults_per_call for name, t in tm.items()}}
+
+
+def _faults(v: float | None) -> str:
+    return "–" if v is None else f"{v:.0f}"
 
 
 def _cores() -> int:
@@ -90,10 +95,14 @@ def main(argv: list[str] | None = None) -> int:
         "Forwards, median µs per call (each call synced before the next; inputs rotated over four "
         "times the last-level cache). *jln eager*: the public function called outside `jit` "
         "(compiled whole, jln/_eager.py); *jln op by op*: the same function run op by op, as "
-        "eager calls ran before; *jln jit*: under `jax.jit`; *copy*: torch's `copy_` of x's bytes.",
+        "eager calls ran before; *jln jit*: under `jax.jit`; *copy*: torch's `copy_` of x's bytes. "
+        "Page faults: the process's minor faults per timed call (see `jln bench`'s `faults_per_call`): "
+        "an eager call and the jitted one run the same program, so where their times differ by more "
+        "than this machine's noise, look there first.",
         "",
-        "| op | shape | dtype | copy | " + " | ".join(IMPLS) + " | op by op ÷ eager | eager ÷ jit | eager ÷ torch |",
-        "|---|---|---|---|" + "---|" * (len(IMPLS) + 3),
+        "| op | shape | dtype | copy | " + " | ".join(IMPLS) + " | op by op ÷ eager | eager ÷ jit | eager ÷ torch "
+        "| page faults per call, eager / jit |",
+        "|---|---|---|---|" + "---|" * (len(IMPLS) + 4),
     ]
     for dtype in a.dtypes.split(","):
         for width in (int(w) for w in a.widths.split(",")):
@@ -104,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                 lines.append(
                     f"| {op} | {rows}×{width} | {dtype} | {t['copy']:.0f} | {cells} | "
                     f"{t['jln op by op'] / t['jln eager']:.2f} | {t['jln eager'] / t['jln jit']:.2f} | "
-                    f"{t['jln eager'] / t['torch eager']:.2f} |")
+                    f"{t['jln eager'] / t['torch eager']:.2f} | {_faults(t['jln eager faults'])} / "
+                    f"{_faults(t['jln jit faults'])} |")
                 print(lines[-1], flush=True)
     with open(a.out, "w") as fh:
         fh.write("\n".join(lines) + "\n")
