@@ -19,7 +19,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import jln
 from jln import _bench
@@ -48,8 +47,7 @@ def _case(op: str, rows: int, width: int, dtype: str, reps: int) -> dict[str, An
 
     jitted = jax.jit(f)
     tf = impls.torch_op(op)
-    tin = [{k: torch.from_numpy(np.array(v.astype("float32"))).to(getattr(torch, dtype)) for k, v in p.items()}
-           for p in inputs]
+    tin = [{k: _bench.to_torch(v, "cpu") for k, v in p.items()} for p in inputs]
     dst = torch.empty_like(tin[0]["x"])
     calls: dict[str, _bench.Timed] = {
         "jln eager": (lambda i: f(inputs[i]), n_buffers, jax.block_until_ready),
@@ -61,10 +59,6 @@ def _case(op: str, rows: int, width: int, dtype: str, reps: int) -> dict[str, An
     tm = _bench.time_interleaved(calls, reps=reps, warmup=3, min_sample_s=0.02, in_flight=0)
     return {**{name: t.median_s * 1e6 for name, t in tm.items()},
             **{f"{name} faults": t.faults_per_call for name, t in tm.items()}}
-
-
-def _faults(v: float | None) -> str:
-    return "–" if v is None else f"{v:.0f}"
 
 
 def _cores() -> int:
@@ -113,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                 lines.append(
                     f"| {op} | {rows}×{width} | {dtype} | {t['copy']:.0f} | {cells} | "
                     f"{t['jln op by op'] / t['jln eager']:.2f} | {t['jln eager'] / t['jln jit']:.2f} | "
-                    f"{t['jln eager'] / t['torch eager']:.2f} | {_faults(t['jln eager faults'])} / "
-                    f"{_faults(t['jln jit faults'])} |")
+                    f"{t['jln eager'] / t['torch eager']:.2f} | {_bench._fmt(t['jln eager faults'], '.0f')} / "
+                    f"{_bench._fmt(t['jln jit faults'], '.0f')} |")
                 print(lines[-1], flush=True)
     with open(a.out, "w") as fh:
         fh.write("\n".join(lines) + "\n")

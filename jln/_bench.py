@@ -40,6 +40,7 @@ import collections
 import contextlib
 import dataclasses
 import math
+import mmap
 import os
 import platform
 import random
@@ -52,6 +53,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jln import _bench_impls as impls
+
+try:
+    import resource
+except ImportError:  # not a POSIX system: no fault counts (minor_faults)
+    resource = None  # type: ignore[assignment]
 
 #: ``fwd``: the forward; ``fwd+bwd``: forward and reverse pass in one jitted call (what a
 #: training step runs); ``bwd``: the reverse pass alone, from saved residuals.
@@ -159,11 +165,26 @@ class Timing:
     faults_per_call: float | None = None
 
 
+def to_torch(a: Any, device: str | None) -> Any:
+    """A JAX array as a torch tensor on ``device`` (shared through dlpack where it can)."""
+    import torch
+
+    try:
+        t = torch.from_dlpack(a)
+    except Exception:  # noqa: BLE001 - any dlpack failure falls back to a host copy
+        t = torch.from_numpy(np.array(a, np.float32)).to(getattr(torch, str(a.dtype)))
+    return t.to(device)
+
+
+#: The host's page size: what one minor page fault brings in.
+PAGE_BYTES = mmap.PAGESIZE
+
+
 def minor_faults() -> int | None:
     """The process's minor page faults so far (``getrusage``), ``None`` where not counted.
 
     A call that writes into memory the host allocator has just taken from the OS faults a page
-    in for every 4 KiB it writes; glibc returns freed memory to the OS once the top of its heap
+    in for every :data:`PAGE_BYTES` it writes; glibc returns freed memory to the OS once the top of its heap
     passes a threshold that it moves as it goes, so the same jitted call can fault 0 pages in one
     run and every page of its output in the next (measured on one EPYC core: jln's float32
     layer_norm of 4096x256 faulted 0 to 250 pages per call between runs of the same script,
@@ -171,9 +192,7 @@ def minor_faults() -> int | None:
     ``MALLOC_TRIM_THRESHOLD_`` alone, which also pins its mmap threshold at 128 KiB, every output
     was a fresh mapping and both faulted all 1025 pages per call, 2.7-3.6 ms). Timings with many
     faults per call measure the allocator as much as the implementation."""
-    try:
-        import resource
-    except ImportError:  # not a POSIX system
+    if resource is None:  # not a POSIX system
         return None
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
 
@@ -508,14 +527,7 @@ class _Runner:
         return torch
 
     def _to_torch(self, a: Any) -> Any:
-        """A JAX array as a torch tensor on the torch device (shared through dlpack where it can)."""
-        import torch
-
-        try:
-            t = torch.from_dlpack(a)
-        except Exception:  # noqa: BLE001 - any dlpack failure falls back to a host copy
-            t = torch.from_numpy(np.asarray(a, np.float32)).to(getattr(torch, str(a.dtype)))
-        return t.to(self.torch_device)
+        return to_torch(a, self.torch_device)
 
     def torch_case(self, op: str, compile_: bool, direction: str, data: dict[str, Any]) -> dict[str, Any]:
         torch = self._torch()
@@ -770,7 +782,7 @@ def _fmt(v: float | None, spec: str = ".2f") -> str:
 
 
 #: A record "includes page faults" when it faulted in at least this share of the pages its
-#: case moves (:func:`bytes_moved` / 4 KiB) per call: then the allocator, not only the
+#: case moves (:func:`bytes_moved` / :data:`PAGE_BYTES`) per call: then the allocator, not only the
 #: implementation, is in its time.
 FAULTED_SHARE = 0.05
 
@@ -779,7 +791,7 @@ def faulted_cases(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The records whose timed calls faulted in pages (see :func:`minor_faults`) for at least
     :data:`FAULTED_SHARE` of the pages their case moves, in the report's order."""
     return [r for r in report["results"]
-            if (r.get("faults_per_call") or 0) * 4096 >= FAULTED_SHARE * r["bytes"]]
+            if (r.get("faults_per_call") or 0) * PAGE_BYTES >= FAULTED_SHARE * r["bytes"]]
 
 
 def markdown(
