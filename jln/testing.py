@@ -230,6 +230,14 @@ def check_matches_torch(
     Raises:
       ValueError: ``reference`` is not ``"torch"`` or ``"float64"``.
       ImportError: torch is not installed.
+
+    Example:
+      >>> import numpy as np, torch, jln
+      >>> from jln.testing import check_matches_torch
+      >>> x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+      >>> res = check_matches_torch(jln.rms_norm, lambda t: torch.nn.functional.rms_norm(t, t.shape[-1:]), [x])
+      >>> [(r.direction, r.output, r.passed) for r in res]
+      [('fwd', 'out', True), ('bwd', 'd arg0', True)]
     """
     if reference not in REFERENCES:
         raise ValueError(
@@ -418,7 +426,26 @@ def _input_sets(
 
 
 def format_results(results: Sequence[ParityResult], *, failures_only: bool = False) -> str:
-    """The results as lines of :meth:`ParityResult.describe`."""
+    """The results as text, one :meth:`ParityResult.describe` line each.
+
+    Args:
+      results: what :func:`check_matches_torch` (or an ``assert_*`` helper) returned.
+      failures_only: leave out the results that passed.
+
+    Returns:
+      the lines joined by newlines (``""`` when nothing is left).
+
+    Example:
+      >>> import numpy as np, torch, jln
+      >>> from jln.testing import check_matches_torch, format_results
+      >>> x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+      >>> res = check_matches_torch(
+      ...     lambda x: jln.layer_norm(x, eps=1e-1),  # the wrong eps
+      ...     lambda t: torch.nn.functional.layer_norm(t, t.shape[-1:], eps=1e-5),
+      ...     [x], grad=False, name="ln")
+      >>> print(format_results(res, failures_only=True))  # doctest: +ELLIPSIS
+      FAIL ln fwd out dtype=float32 shape=(4, 32): max_abs_err=0.19... (bound 1.29e-05; ...
+    """
     return "\n".join(r.describe() for r in results if not (failures_only and r.passed))
 
 
@@ -483,6 +510,16 @@ def assert_matches_torch(
         dtype, shape, max abs error, bound, max ulp distance and bit-exact fraction.
       TypeError/ValueError: bad arguments (both or neither of inputs/shapes, unknown dtype,
         float64 without x64, unknown reference).
+
+    Example:
+      >>> import torch, jln
+      >>> from jln.testing import assert_matches_torch
+      >>> results = assert_matches_torch(
+      ...     lambda x: jln.layer_norm(x),
+      ...     lambda x: torch.nn.functional.layer_norm(x, x.shape[-1:]),
+      ...     shapes=[(4, 32)], dtypes=["float32", "bfloat16"])
+      >>> [(r.dtype, r.direction) for r in results]  # all passed, or ParityError was raised
+      [('float32', 'fwd'), ('float32', 'bwd'), ('bfloat16', 'fwd'), ('bfloat16', 'bwd')]
     """
     fn = "assert_matches_torch"
     label = str(name or getattr(jax_fn, "__name__", "fn"))
@@ -573,6 +610,13 @@ def assert_module_matches_torch(
     Raises:
       ParityError: some output or input gradient breaks the rule.
       TypeError: ``jln_module`` is neither form, or no conversion is available.
+
+    Example:
+      >>> import torch
+      >>> from jln.testing import assert_module_matches_torch
+      >>> results = assert_module_matches_torch(torch.nn.LayerNorm(32), shapes=[(4, 32)])
+      >>> [(r.name, r.direction, r.passed) for r in results]
+      [('LayerNorm', 'fwd', True), ('LayerNorm', 'bwd', True)]
     """
     what = "assert_module_matches_torch"
     label = name or type(torch_module).__name__
