@@ -129,6 +129,20 @@ def _record(monitor: bool, x: Array, y: Array, axis: Any, fn: str) -> Stats:
     return _monitor.row_stats(x, y, _checks.normalize_axes(axis, x.ndim, fn))
 
 
+def check_init(init: Any, name: str, fn: str) -> None:
+    """Raise ``TypeError`` unless ``init`` is None or an initializer ``init(key, shape, dtype)``."""
+    if init is not None and not callable(init):
+        raise TypeError(
+            f"{fn}: `{name}` must be an initializer called as init(key, shape, dtype) (e.g. "
+            f"jax.nn.initializers.ones, or one wrapped by flax's with_partitioning for a sharded "
+            f"model) or None for the default; received {init!r}."
+        )
+
+
+def _param(features: tuple[int, ...], init: Any, default: Callable[..., Array]) -> ParamSpec:
+    return ParamSpec(features, default if init is None else init)
+
+
 def _check_common(cfg: Any, fn: str) -> None:
     _checks.check_choice(cfg.impl, "impl", _dispatch.IMPLS, fn)
     if cfg.dtype is not None:
@@ -156,18 +170,22 @@ class LayerNormConfig:
     monitor: bool = False
     axis_name: Any = None  # distributed: mesh axis splitting the normalized axes
     axis_index_groups: Any = None
+    scale_init: Any = None  # None: ones
+    bias_init: Any = None  # None: zeros
 
     def __post_init__(self) -> None:
         _checks.check_eps(self.eps, "jln LayerNorm")
         _check_common(self, "jln LayerNorm")
+        check_init(self.scale_init, "scale_init", "jln LayerNorm")
+        check_init(self.bias_init, "bias_init", "jln LayerNorm")
 
 
 def layer_norm_specs(cfg: LayerNormConfig, features: tuple[int, ...]) -> dict[str, ParamSpec]:
     specs = {}
     if cfg.use_scale:
-        specs["scale"] = ParamSpec(features, ones)
+        specs["scale"] = _param(features, cfg.scale_init, ones)
     if cfg.use_bias:
-        specs["bias"] = ParamSpec(features, zeros)
+        specs["bias"] = _param(features, cfg.bias_init, zeros)
     return specs
 
 
@@ -197,10 +215,14 @@ class RMSNormConfig:
     monitor: bool = False
     axis_name: Any = None  # distributed: mesh axis splitting the normalized axes
     axis_index_groups: Any = None
+    scale_init: Any = None  # None: ones (zeros for gemma, whose factor is 1 + scale)
+    bias_init: Any = None  # None: zeros
 
     def __post_init__(self) -> None:
         fn = "jln RMSNorm"
         resolve_convention(self.convention, fn)
+        check_init(self.scale_init, "scale_init", fn)
+        check_init(self.bias_init, "bias_init", fn)
         if self.eps is not None:
             _checks.check_eps(self.eps, fn)
         if self.use_bias and (self.canonical != "diffusers" or not self.use_scale):
@@ -221,9 +243,9 @@ def rms_norm_specs(cfg: RMSNormConfig, features: tuple[int, ...]) -> dict[str, P
     specs = {}
     if cfg.use_scale:
         # Gemma multiplies by (1 + scale), so its identity weight is 0.
-        specs["scale"] = ParamSpec(features, zeros if cfg.canonical == "gemma" else ones)
+        specs["scale"] = _param(features, cfg.scale_init, zeros if cfg.canonical == "gemma" else ones)
     if cfg.use_bias:
-        specs["bias"] = ParamSpec(features, zeros)
+        specs["bias"] = _param(features, cfg.bias_init, zeros)
     return specs
 
 

@@ -90,11 +90,16 @@ class LayerNorm(nn.Module):
         See :func:`jln.layer_norm`. The monitor's statistics stay per device.
       axis_index_groups: with ``axis_name``, the device groups that each hold one row's blocks
         (as ``jax.lax.psum``); see :func:`jln.layer_norm`.
+      scale_init, bias_init: initializers ``init(key, shape, dtype)`` of ``scale`` and
+        ``bias``, as flax's; ``None``: ones and zeros. Wrap one in
+        ``flax.linen.with_logical_partitioning`` (or ``with_partitioning``) to annotate how a
+        sharded model splits the parameter.
 
     Returns (``__call__(x)``): array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
 
     Raises:
-      TypeError, ValueError: as :func:`jln.layer_norm`.
+      TypeError, ValueError: as :func:`jln.layer_norm`; ``TypeError`` for an initializer that
+      is not callable.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -115,6 +120,8 @@ class LayerNorm(nn.Module):
     monitor: bool = False
     axis_name: Any = None
     axis_index_groups: Any = None
+    scale_init: Any = None
+    bias_init: Any = None
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
@@ -142,12 +149,14 @@ class RMSNorm(nn.Module):
       dtype, param_dtype, impl, monitor, axis_name, axis_index_groups: as :class:`LayerNorm`.
         With ``dtype=None`` the output dtype is the convention's (``"llama"``: bf16 x with
         float32 scale gives float32).
+      scale_init, bias_init: as :class:`LayerNorm`; ``None``: the convention's identity
+        (``scale`` ones, zeros for ``"gemma"``; ``bias`` zeros).
 
     Returns (``__call__(x)``): array of ``x.shape``.
 
     Raises:
       TypeError, ValueError: as :func:`jln.rms_norm`; ``ValueError`` for ``use_bias`` outside
-      the diffusers convention.
+      the diffusers convention; ``TypeError`` for an initializer that is not callable.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -169,6 +178,8 @@ class RMSNorm(nn.Module):
     monitor: bool = False
     axis_name: Any = None
     axis_index_groups: Any = None
+    scale_init: Any = None
+    bias_init: Any = None
 
     @nn.compact
     def __call__(self, x: Array) -> Array:

@@ -42,7 +42,10 @@ def _key(spec: M.ParamSpec, rngs: nnx.Rngs | None, fn: str) -> Any:
     if spec.init in (M.ones, M.zeros):
         return jax.random.key(0)  # constant initializers ignore the key
     if rngs is None:
-        raise TypeError(f"{fn}: this module has randomly initialised parameters; pass rngs=nnx.Rngs(0).")
+        raise TypeError(
+            f"{fn}: this module has parameters whose initializer takes a random key (a Dense "
+            f"kernel, or a scale_init/bias_init other than ones and zeros); pass rngs=nnx.Rngs(0)."
+        )
     return rngs.params()
 
 
@@ -75,14 +78,17 @@ class LayerNorm(nnx.Module):
 
     Args:
       num_features: shape of ``x`` at ``axis`` (an int for one axis).
-      eps, axis, use_scale, use_bias, dtype, param_dtype, impl, monitor, axis_name, axis_index_groups: as
-        :class:`jln.linen.LayerNorm`.
-      rngs: unused (the parameters start at ones and zeros); accepted for uniformity.
+      eps, axis, use_scale, use_bias, dtype, param_dtype, impl, monitor, axis_name, axis_index_groups,
+        scale_init, bias_init: as :class:`jln.linen.LayerNorm` (annotate sharding with
+        ``flax.nnx.with_partitioning``).
+      rngs: the key of an initializer other than ones and zeros; otherwise unused.
 
     Returns (``__call__(x)``): array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
 
     Raises:
-      TypeError, ValueError: as :func:`jln.layer_norm`, and for a bad ``num_features``.
+      TypeError, ValueError: as :func:`jln.layer_norm`, and for a bad ``num_features``;
+      ``TypeError`` for an initializer that is not callable, or one other than ones and zeros
+      without ``rngs``.
 
     Example:
       >>> import jax.numpy as jnp
@@ -105,12 +111,14 @@ class LayerNorm(nnx.Module):
         monitor: bool = False,
         axis_name: Any = None,
         axis_index_groups: Any = None,
+        scale_init: Any = None,
+        bias_init: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         fn = "jln.nnx.LayerNorm"
         self.cfg = M.LayerNormConfig(
             eps=eps, axis=axis, use_scale=use_scale, use_bias=use_bias, dtype=dtype, impl=impl, monitor=monitor,
-            axis_name=axis_name, axis_index_groups=axis_index_groups,
+            axis_name=axis_name, axis_index_groups=axis_index_groups, scale_init=scale_init, bias_init=bias_init,
         )
         self.num_features = M.feature_shape(num_features, fn)
         self._specs = M.layer_norm_specs(self.cfg, self.num_features)
@@ -130,13 +138,14 @@ class RMSNorm(nnx.Module):
     Args:
       num_features: shape of ``x`` at ``axis`` (an int for one axis).
       eps, convention, axis, use_scale, use_bias, dtype, param_dtype, impl, monitor, axis_name,
-        axis_index_groups: as :class:`jln.linen.RMSNorm`.
-      rngs: unused; accepted for uniformity.
+        axis_index_groups, scale_init, bias_init: as :class:`jln.linen.RMSNorm`.
+      rngs: the key of an initializer other than ones and zeros; otherwise unused.
 
     Returns (``__call__(x)``): array of ``x.shape``, dtype by the convention (or ``dtype``).
 
     Raises:
-      TypeError, ValueError: as :func:`jln.rms_norm`.
+      TypeError, ValueError: as :func:`jln.rms_norm`; ``TypeError`` for an initializer that is
+      not callable, or one other than ones and zeros without ``rngs``.
 
     Example:
       >>> import jax.numpy as jnp
@@ -160,12 +169,15 @@ class RMSNorm(nnx.Module):
         monitor: bool = False,
         axis_name: Any = None,
         axis_index_groups: Any = None,
+        scale_init: Any = None,
+        bias_init: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         fn = "jln.nnx.RMSNorm"
         self.cfg = M.RMSNormConfig(
             eps=eps, convention=convention, axis=axis, use_scale=use_scale, use_bias=use_bias,
             dtype=dtype, impl=impl, monitor=monitor, axis_name=axis_name, axis_index_groups=axis_index_groups,
+            scale_init=scale_init, bias_init=bias_init,
         )
         self.num_features = M.feature_shape(num_features, fn)
         self._specs = M.rms_norm_specs(self.cfg, self.num_features)

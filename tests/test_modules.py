@@ -187,6 +187,67 @@ def test_norm_initial_params():
     assert set(nnx.state(N.LayerNorm(5, use_bias=False), nnx.Param).to_pure_dict()) == {"scale"}
 
 
+@pytest.mark.parametrize("kind", ["layer", "rms/diffusers", "rms/gemma"])
+def test_norm_initializers(kind):
+    # scale_init / bias_init as flax's: the parameters start where the initializers put them,
+    # the same in linen and nnx, and the modules then compute the core function with them
+
+    import jln
+
+    x = jnp.asarray(rng(31).normal(size=(3, 5)), jnp.float32)
+    inits = dict(scale_init=jax.nn.initializers.constant(2.0), bias_init=jax.nn.initializers.constant(0.5))
+    if kind == "layer":
+        lm, nm = L.LayerNorm(**inits), N.LayerNorm(5, **inits, rngs=nnx.Rngs(0))
+        want = jln.layer_norm(x, jnp.full(5, 2.0), jnp.full(5, 0.5))
+    elif kind == "rms/diffusers":
+        kw = dict(convention="diffusers", use_bias=True)
+        lm, nm = L.RMSNorm(**kw, **inits), N.RMSNorm(5, **kw, **inits, rngs=nnx.Rngs(0))
+        want = jln.rms_norm(x, jnp.full(5, 2.0), bias=jnp.full(5, 0.5), convention="diffusers")
+    else:  # gemma's default scale is 0 (it multiplies by 1 + scale); an initializer replaces it
+        lm, nm = L.RMSNorm(convention="gemma", **inits), N.RMSNorm(5, convention="gemma", **inits, rngs=nnx.Rngs(0))
+        want = jln.rms_norm(x, jnp.full(5, 2.0), convention="gemma")
+    v = lm.init(jax.random.key(0), x)
+    pl, pn = v["params"], nnx.state(nm, nnx.Param).to_pure_dict()
+    assert set(pl) == set(pn) == ({"scale"} if kind == "rms/gemma" else {"scale", "bias"})
+    for name, value in (("scale", 2.0), ("bias", 0.5)):
+        if name in pl:
+            np.testing.assert_array_equal(pl[name], np.full(5, value, np.float32))
+            np.testing.assert_array_equal(pn[name], np.full(5, value, np.float32))
+    np.testing.assert_array_equal(lm.apply(v, x), want)
+    np.testing.assert_array_equal(nm(x), want)
+
+
+def test_norm_initializers_take_keys_and_sharding_annotations():
+    import flax.linen as nn
+
+    x = jnp.ones((2, 4))
+    normal = jax.nn.initializers.normal(1.0)
+    # an initializer other than ones and zeros: linen draws from its params key, nnx from rngs
+    # (required, as by flax's own nnx norms)
+    a = L.LayerNorm(scale_init=normal).init(jax.random.key(0), x)["params"]["scale"]
+    b = L.LayerNorm(scale_init=normal).init(jax.random.key(1), x)["params"]["scale"]
+    assert a.shape == (4,) and not np.array_equal(a, b)
+    with pytest.raises(TypeError, match="rngs"):
+        N.LayerNorm(4, scale_init=normal)
+    c = N.LayerNorm(4, scale_init=normal, rngs=nnx.Rngs(0)).scale[...]
+    d = N.RMSNorm(4, scale_init=normal, rngs=nnx.Rngs(1)).scale[...]
+    assert c.shape == (4,) and not np.array_equal(c, d)
+    # sharding annotations, the way flax's own norms take them
+    m = L.RMSNorm(scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)))
+    v = m.init(jax.random.key(0), x)
+    assert nn.get_partition_spec(v)["params"]["scale"] == jax.sharding.PartitionSpec("embed")
+    np.testing.assert_array_equal(m.apply(v, x), np.ones((2, 4), np.float32))
+    with jax.set_mesh(jax.make_mesh((1,), ("embed",))):
+        n = N.LayerNorm(4, bias_init=nnx.with_partitioning(nnx.initializers.zeros, ("embed",)), rngs=nnx.Rngs(0))
+    spec = nnx.get_partition_spec(nnx.state(n, nnx.Param)).to_pure_dict()
+    assert spec == {"scale": jax.sharding.PartitionSpec(), "bias": jax.sharding.PartitionSpec("embed")}
+    # not an initializer: said at construction
+    with pytest.raises(TypeError, match=r"scale_init.*received 2\.0"):
+        N.LayerNorm(4, scale_init=2.0)
+    with pytest.raises(TypeError, match=r"bias_init"):
+        L.RMSNorm(convention="diffusers", use_bias=True, bias_init="zeros").init(jax.random.key(0), x)
+
+
 def test_norm_dtype_rules():
     r = rng(4)
     xb = jnp.asarray(r.normal(size=(2, 8)), jnp.bfloat16)
