@@ -141,6 +141,34 @@ def test_zero_variance_rows_give_bias_and_finite_grads():
     assert all(np.isfinite(np.asarray(g)).all() for g in grads)
 
 
+@pytest.mark.parametrize("impl", ["xla", "native"])
+def test_rows_whose_sum_of_squares_overflows_give_bias_as_torch_and_flax(impl):
+    # a known limit, shared with torch and flax: a float32 row whose squared deviations sum past
+    # float32's range (spread ~1e19 at 16 wide) gets rstd = 1/sqrt(inf) = 0, so y = bias (RMSNorm:
+    # 0) instead of the O(1) values the row normalizes to; a spread of 1e17 is still exact
+    if impl == "native":
+        from jln.kernels import _cpu
+
+        if jax.default_backend() != "cpu" or _cpu.available() is not None:
+            pytest.skip("no native CPU kernels here")
+    import flax.linen as nn
+
+    r = np.random.default_rng(3).standard_normal((2, 16))
+    w, b = jnp.linspace(0.5, 1.5, 16), jnp.linspace(-1, 1, 16)
+    x = jnp.asarray(r * 1e19, jnp.float32)
+    y = jln.layer_norm(x, w, b, impl=impl)
+    np.testing.assert_array_equal(np.asarray(y), np.broadcast_to(np.asarray(b), (2, 16)))
+    np.testing.assert_array_equal(np.asarray(jln.rms_norm(x, w, impl=impl)), np.zeros((2, 16), np.float32))
+    tx, tw, tb = (torch.tensor(np.asarray(a)) for a in (x, w, b))
+    np.testing.assert_array_equal(torch.nn.functional.layer_norm(tx, (16,), tw, tb).numpy(), np.asarray(y))
+    np.testing.assert_array_equal(torch.nn.functional.rms_norm(tx, (16,), tw).numpy(), np.zeros((2, 16), np.float32))
+    flax_y = nn.LayerNorm(epsilon=1e-5).apply({"params": {"scale": w, "bias": b}}, x)
+    np.testing.assert_array_equal(np.asarray(flax_y), np.asarray(y))
+    x = jnp.asarray(r * 1e17, jnp.float32)  # below the limit: the normalized row, to float32 rounding
+    ref = (r - r.mean(-1, keepdims=True)) / r.std(-1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(jln.layer_norm(x, impl=impl)), ref, rtol=0, atol=2e-6)
+
+
 @pytest.mark.parametrize("conv", RMS_CONVENTIONS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_all_zero_rows_rms(conv, dtype):
