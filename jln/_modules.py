@@ -129,14 +129,17 @@ def _record(monitor: bool, x: Array, y: Array, axis: Any, fn: str) -> Stats:
     return _monitor.row_stats(x, y, _checks.normalize_axes(axis, x.ndim, fn))
 
 
-def check_init(init: Any, name: str, fn: str) -> None:
-    """Raise ``TypeError`` unless ``init`` is None or an initializer ``init(key, shape, dtype)``."""
-    if init is not None and not callable(init):
-        raise TypeError(
-            f"{fn}: `{name}` must be an initializer called as init(key, shape, dtype) (e.g. "
-            f"jax.nn.initializers.ones, or one wrapped by flax's with_partitioning for a sharded "
-            f"model) or None for the default; received {init!r}."
-        )
+def check_inits(cfg: Any, fn: str) -> None:
+    """Raise ``TypeError`` unless ``cfg.scale_init`` and ``cfg.bias_init`` are each None or an
+    initializer ``init(key, shape, dtype)``."""
+    for name in ("scale_init", "bias_init"):
+        init = getattr(cfg, name)
+        if init is not None and not callable(init):
+            raise TypeError(
+                f"{fn}: `{name}` must be an initializer called as init(key, shape, dtype) (e.g. "
+                f"jax.nn.initializers.ones, or one wrapped by flax's with_partitioning for a "
+                f"sharded model) or None for the default; received {init!r}."
+            )
 
 
 def _param(features: tuple[int, ...], init: Any, default: Callable[..., Array]) -> ParamSpec:
@@ -176,8 +179,7 @@ class LayerNormConfig:
     def __post_init__(self) -> None:
         _checks.check_eps(self.eps, "jln LayerNorm")
         _check_common(self, "jln LayerNorm")
-        check_init(self.scale_init, "scale_init", "jln LayerNorm")
-        check_init(self.bias_init, "bias_init", "jln LayerNorm")
+        check_inits(self, "jln LayerNorm")
 
 
 def layer_norm_specs(cfg: LayerNormConfig, features: tuple[int, ...]) -> dict[str, ParamSpec]:
@@ -221,8 +223,7 @@ class RMSNormConfig:
     def __post_init__(self) -> None:
         fn = "jln RMSNorm"
         resolve_convention(self.convention, fn)
-        check_init(self.scale_init, "scale_init", fn)
-        check_init(self.bias_init, "bias_init", fn)
+        check_inits(self, fn)
         if self.eps is not None:
             _checks.check_eps(self.eps, fn)
         if self.use_bias and (self.canonical != "diffusers" or not self.use_scale):
@@ -274,9 +275,12 @@ class AdaptiveLayerNormConfig:
     monitor: bool = False
     axis_name: Any = None  # distributed: mesh axis splitting the feature axis
     axis_index_groups: Any = None
+    scale_init: Any = None  # the norm's scale and bias; None: ones and zeros
+    bias_init: Any = None
 
     def __post_init__(self) -> None:
         fn = "jln AdaptiveLayerNorm"
+        check_inits(self, fn)
         names = resolve_order(self.order, fn)
         if not {"shift", "scale"} <= set(names):
             raise ValueError(
@@ -291,7 +295,9 @@ def adaptive_layer_norm_specs(cfg: AdaptiveLayerNormConfig, cond_features: int, 
     k = len(resolve_order(cfg.order, "jln AdaptiveLayerNorm"))
     return {
         "proj": dense_specs(cond_features, k * features),
-        "norm": layer_norm_specs(LayerNormConfig(use_scale=cfg.use_scale, use_bias=cfg.use_bias), (features,)),
+        "norm": layer_norm_specs(
+            LayerNormConfig(use_scale=cfg.use_scale, use_bias=cfg.use_bias, scale_init=cfg.scale_init,
+                            bias_init=cfg.bias_init), (features,)),
     }
 
 
@@ -369,9 +375,12 @@ class AdaLNContinuousConfig:
     monitor: bool = False
     axis_name: Any = None  # distributed: mesh axis splitting the feature axis
     axis_index_groups: Any = None
+    scale_init: Any = None  # the norm's scale and bias (elementwise_affine); None: ones and zeros
+    bias_init: Any = None
 
     def __post_init__(self) -> None:
         fn = "jln AdaLNContinuous"
+        check_inits(self, fn)
         _checks.check_choice(self.norm_type, "norm_type", NORM_TYPES, fn)
         _checks.check_eps(self.eps, fn)
         _check_common(self, fn)
@@ -382,7 +391,8 @@ def ada_ln_continuous_specs(cfg: AdaLNContinuousConfig, cond_features: int, feat
     if cfg.elementwise_affine:
         # diffusers: `bias` switches the Linear's and the LayerNorm's bias; its RMSNorm has none
         ln_bias = cfg.use_bias and cfg.norm_type == "layer_norm"
-        specs["norm"] = layer_norm_specs(LayerNormConfig(use_bias=ln_bias), (features,))
+        norm = LayerNormConfig(use_bias=ln_bias, scale_init=cfg.scale_init, bias_init=cfg.bias_init)
+        specs["norm"] = layer_norm_specs(norm, (features,))
     return specs
 
 

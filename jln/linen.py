@@ -219,12 +219,15 @@ class AdaptiveLayerNorm(nn.Module):
         ``[chunk_0 block_i, chunk_1 block_i, ...]``. :func:`jln.shard_chunks` puts a global
         ``[c, k*d]`` kernel (``[k*d]`` bias) in that order, after which ``P(None, axis)``
         (``P(axis)``) gives every device its blocks; ``cond`` is replicated over ``axis_name``.
+      scale_init, bias_init: the LayerNorm's ``scale`` and ``bias`` initializers, as
+        :class:`LayerNorm`'s.
 
     Returns (``__call__(x, cond)``): ``x [B, ..., d]`` modulated by ``cond [B, c]`` (broadcast
     over the token axes) or ``cond`` with ``x``'s leading shape; dtype ``x.dtype``.
 
     Raises:
-      TypeError, ValueError: non-floating inputs, mismatched feature sizes, a bad ``order``.
+      TypeError, ValueError: non-floating inputs, mismatched feature sizes, a bad ``order``,
+      an initializer that is not callable.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -246,6 +249,8 @@ class AdaptiveLayerNorm(nn.Module):
     monitor: bool = False
     axis_name: Any = None
     axis_index_groups: Any = None
+    scale_init: Any = None
+    bias_init: Any = None
 
     @nn.compact
     def __call__(self, x: Array, cond: Array) -> Array:
@@ -326,6 +331,8 @@ class AdaLNContinuous(nn.Module):
       dtype, param_dtype, impl, monitor, axis_name, axis_index_groups: as
         :class:`AdaptiveLayerNorm` (with ``axis_name``, lay out ``linear`` with
         :func:`jln.shard_chunks`).
+      scale_init, bias_init: the norm's ``scale`` and ``bias`` initializers (with
+        ``elementwise_affine``), as :class:`LayerNorm`'s.
 
     Returns (``__call__(x, cond)``): array like ``x``.
 
@@ -352,6 +359,8 @@ class AdaLNContinuous(nn.Module):
     monitor: bool = False
     axis_name: Any = None
     axis_index_groups: Any = None
+    scale_init: Any = None
+    bias_init: Any = None
 
     @nn.compact
     def __call__(self, x: Array, cond: Array) -> Array:

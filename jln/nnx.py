@@ -198,7 +198,7 @@ class AdaptiveLayerNorm(nnx.Module):
       cond_features: size of ``cond``'s last axis.
       features: d, the size of ``x``'s last axis.
       eps, order, use_scale, use_bias, dtype, param_dtype, impl, monitor, axis_name,
-        axis_index_groups: as linen.
+        axis_index_groups, scale_init, bias_init: as linen.
       rngs: ``nnx.Rngs`` for the Dense kernel init.
 
     Returns (``__call__(x, cond)``): array like ``x``.
@@ -231,12 +231,14 @@ class AdaptiveLayerNorm(nnx.Module):
         monitor: bool = False,
         axis_name: Any = None,
         axis_index_groups: Any = None,
+        scale_init: Any = None,
+        bias_init: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         fn = "jln.nnx.AdaptiveLayerNorm"
         self.cfg = M.AdaptiveLayerNormConfig(
             eps=eps, order=order, use_scale=use_scale, use_bias=use_bias, dtype=dtype, impl=impl, monitor=monitor,
-            axis_name=axis_name, axis_index_groups=axis_index_groups,
+            axis_name=axis_name, axis_index_groups=axis_index_groups, scale_init=scale_init, bias_init=bias_init,
         )
         self._specs = M.adaptive_layer_norm_specs(
             self.cfg, M.check_positive(cond_features, "cond_features", fn), M.check_positive(features, "features", fn)
@@ -316,7 +318,7 @@ class AdaLNContinuous(nnx.Module):
       cond_features: size of ``cond``'s last axis.
       features: d.
       eps, elementwise_affine, use_bias, norm_type, dtype, param_dtype, impl, monitor, axis_name,
-        axis_index_groups: as linen.
+        axis_index_groups, scale_init, bias_init: as linen.
       rngs: ``nnx.Rngs`` for the Dense kernel init.
 
     Returns (``__call__(x, cond)``): array like ``x``.
@@ -347,12 +349,15 @@ class AdaLNContinuous(nnx.Module):
         monitor: bool = False,
         axis_name: Any = None,
         axis_index_groups: Any = None,
+        scale_init: Any = None,
+        bias_init: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         fn = "jln.nnx.AdaLNContinuous"
         self.cfg = M.AdaLNContinuousConfig(
             eps=eps, elementwise_affine=elementwise_affine, use_bias=use_bias, norm_type=norm_type,
             dtype=dtype, impl=impl, monitor=monitor, axis_name=axis_name, axis_index_groups=axis_index_groups,
+            scale_init=scale_init, bias_init=bias_init,
         )
         self._specs = M.ada_ln_continuous_specs(
             self.cfg, M.check_positive(cond_features, "cond_features", fn), M.check_positive(features, "features", fn)

@@ -187,15 +187,18 @@ def test_norm_initial_params():
     assert set(nnx.state(N.LayerNorm(5, use_bias=False), nnx.Param).to_pure_dict()) == {"scale"}
 
 
-@pytest.mark.parametrize("kind", ["layer", "rms/diffusers", "rms/gemma"])
+@pytest.mark.parametrize("kind", ["layer", "rms/diffusers", "rms/gemma", "adaptive", "continuous"])
 def test_norm_initializers(kind):
-    # scale_init / bias_init as flax's: the parameters start where the initializers put them,
-    # the same in linen and nnx, and the modules then compute the core function with them
-
+    # scale_init / bias_init as flax's: the norm's parameters start where the initializers put
+    # them, the same in linen and nnx, and the modules then compute with them (the plain norms:
+    # the core function with those parameters; the adaptive ones: linen and nnx alike on the
+    # same parameter tree, whose norm/scale and norm/bias the initializers set)
     import jln
 
     x = jnp.asarray(rng(31).normal(size=(3, 5)), jnp.float32)
+    c = jnp.asarray(rng(32).normal(size=(3, 2)), jnp.float32)
     inits = dict(scale_init=jax.nn.initializers.constant(2.0), bias_init=jax.nn.initializers.constant(0.5))
+    keys, args, want = {"scale", "bias"}, (x,), None
     if kind == "layer":
         lm, nm = L.LayerNorm(**inits), N.LayerNorm(5, **inits, rngs=nnx.Rngs(0))
         want = jln.layer_norm(x, jnp.full(5, 2.0), jnp.full(5, 0.5))
@@ -203,18 +206,28 @@ def test_norm_initializers(kind):
         kw = dict(convention="diffusers", use_bias=True)
         lm, nm = L.RMSNorm(**kw, **inits), N.RMSNorm(5, **kw, **inits, rngs=nnx.Rngs(0))
         want = jln.rms_norm(x, jnp.full(5, 2.0), bias=jnp.full(5, 0.5), convention="diffusers")
-    else:  # gemma's default scale is 0 (it multiplies by 1 + scale); an initializer replaces it
+    elif kind == "rms/gemma":  # gemma's default scale is 0 (it multiplies by 1 + scale)
         lm, nm = L.RMSNorm(convention="gemma", **inits), N.RMSNorm(5, convention="gemma", **inits, rngs=nnx.Rngs(0))
         want = jln.rms_norm(x, jnp.full(5, 2.0), convention="gemma")
-    v = lm.init(jax.random.key(0), x)
-    pl, pn = v["params"], nnx.state(nm, nnx.Param).to_pure_dict()
-    assert set(pl) == set(pn) == ({"scale"} if kind == "rms/gemma" else {"scale", "bias"})
+        keys = {"scale"}
+    elif kind == "adaptive":
+        lm, nm = L.AdaptiveLayerNorm(features=5, **inits), N.AdaptiveLayerNorm(2, 5, **inits, rngs=nnx.Rngs(0))
+        args = (x, c)
+    else:
+        lm, nm = L.AdaLNContinuous(features=5, **inits), N.AdaLNContinuous(2, 5, **inits, rngs=nnx.Rngs(0))
+        args = (x, c)
+    pl, pn = lm.init(jax.random.key(0), *args)["params"], nnx.state(nm, nnx.Param).to_pure_dict()
+    norm_l, norm_n = (pl, pn) if want is not None else (pl["norm"], pn["norm"])
+    assert set(norm_l) == set(norm_n) == keys
     for name, value in (("scale", 2.0), ("bias", 0.5)):
-        if name in pl:
-            np.testing.assert_array_equal(pl[name], np.full(5, value, np.float32))
-            np.testing.assert_array_equal(pn[name], np.full(5, value, np.float32))
-    np.testing.assert_array_equal(lm.apply(v, x), want)
-    np.testing.assert_array_equal(nm(x), want)
+        if name in keys:
+            np.testing.assert_array_equal(norm_l[name], np.full(5, value, np.float32))
+            np.testing.assert_array_equal(norm_n[name], np.full(5, value, np.float32))
+    if want is None:  # the adaptive modules: linen on nnx's parameter tree
+        want = lm.apply({"params": pn}, *args)
+    else:
+        np.testing.assert_array_equal(lm.apply({"params": pl}, *args), want)
+    np.testing.assert_array_equal(nm(*args), want)
 
 
 def test_norm_initializers_take_keys_and_sharding_annotations():
@@ -246,6 +259,8 @@ def test_norm_initializers_take_keys_and_sharding_annotations():
         N.LayerNorm(4, scale_init=2.0)
     with pytest.raises(TypeError, match=r"bias_init"):
         L.RMSNorm(convention="diffusers", use_bias=True, bias_init="zeros").init(jax.random.key(0), x)
+    with pytest.raises(TypeError, match=r"AdaLNContinuous.*scale_init"):
+        N.AdaLNContinuous(2, 4, scale_init=1, rngs=nnx.Rngs(0))
 
 
 def test_norm_dtype_rules():
