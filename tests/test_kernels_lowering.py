@@ -14,6 +14,7 @@ import re
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import jln
@@ -158,3 +159,45 @@ def test_forward_mode_lowers():
     assert _lower(jvp, x, p, p).count(TRITON) == 1
     hvp = jax.grad(lambda x, s, b: jnp.sum(jvp(x, s, b)[1].astype(F32)))
     assert _lower(hvp, x, p, p).count(TRITON) >= 1
+
+
+EXPORT_CASES = {
+    "layer_norm": lambda x, w, b, impl: jln.layer_norm(x, w, b, impl=impl),
+    "add_layer_norm": lambda x, w, b, impl: jnp.stack(jln.add_layer_norm(x, jnp.flip(x, -1), w, b, impl=impl)),
+    "rms_norm/llama": lambda x, w, b, impl: jln.rms_norm(x, w, convention="llama", impl=impl),
+    "adaptive/dit_final": lambda x, w, b, impl: jln.adaptive_layer_norm(
+        x, jnp.concatenate([1 + 0.1 * x[:, 0], 0.2 * x[:, 1]], -1), order="dit_final", impl=impl)[0],
+}
+
+
+@pytest.mark.parametrize("name", list(EXPORT_CASES))
+def test_export_and_other_platforms_take_the_xla_body(name):
+    # A Triton call has no compatibility guarantee, so jax.export refused every computation
+    # traced with the GPU kernels, and they had no lowering for another platform (a jitted
+    # function traced on a GPU machine and lowered for its CPU). Each kernel call now lowers to
+    # the Triton kernel for the GPU only; under jax.export and on other platforms to the XLA
+    # body it implements: the XLA path's forward bit for bit, its gradients up to sums' order.
+    f = EXPORT_CASES[name]
+    key = jax.random.split(jax.random.key(3), 3)
+    x = (2.0 + jax.random.normal(key[0], (3, 4, 96), F32)).astype(BF16)
+    w = (1 + 0.2 * jax.random.normal(key[1], (96,), F32)).astype(BF16)
+    b = (0.1 * jax.random.normal(key[2], (96,), F32)).astype(BF16)
+    fwd = jax.jit(lambda x: f(x, w, b, "pallas"))
+    grad = jax.jit(jax.grad(lambda x: jnp.sum(jnp.sin(f(x, w, b, "pallas").astype(F32)))))
+    want_y = f(x, w, b, "xla")
+    want_dx = jax.grad(lambda x: jnp.sum(jnp.sin(f(x, w, b, "xla").astype(F32))))(x)
+    for fn, calls in ((fwd, 1), (grad, 2)):
+        traced = fn.trace(x)
+        assert traced.lower(lowering_platforms=("cuda",)).as_text().count(TRITON) == calls, name
+        # both platforms in one module: the kernels in the GPU's branch only
+        assert traced.lower(lowering_platforms=("cuda", "cpu")).as_text().count(TRITON) == calls, name
+        on_cpu = traced.lower(lowering_platforms=("cpu",))
+        assert "custom_call" not in on_cpu.as_text(), name
+        exported = jax.export.export(fn, platforms=("cuda", "cpu"))(x)
+        assert "custom_call" not in exported.mlir_module(), name
+        for got in (on_cpu.compile()(x), exported.call(x)):  # (the CPU branch, run here)
+            if fn is fwd:
+                assert got.dtype == want_y.dtype and bool(jnp.all(got == want_y)), f"{name}: y is not the XLA path's"
+            else:
+                np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want_dx, np.float32),
+                                           rtol=8e-3, atol=1e-3, err_msg=f"{name}: dx")

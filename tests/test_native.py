@@ -471,6 +471,28 @@ def test_jax_export_takes_the_xla_body() -> None:
                     _close(a, c, f"{name} exported dx", rel_ulps=4)
 
 
+def test_other_platforms_take_the_xla_body() -> None:
+    # The FFI kernels are the CPU's: a computation traced with them and lowered for another
+    # platform (a GPU, or the CPU and a GPU at once) takes the XLA body there, forward mode
+    # (whose tangent had a CPU rule only) included; the CPU keeps the kernels.
+    x, w, b, ct = _inputs(jnp.bfloat16, (3, 4, 96), offset=2.0)
+
+    def f(x: Array) -> Array:
+        return jln.layer_norm(x, w, b, impl="native")
+
+    progs = {
+        "forward": (jax.jit(f), 1),
+        "grad": (jax.jit(jax.grad(lambda x: jnp.vdot(ct, f(x).astype(jnp.float32)))), 2),
+        "jvp": (jax.jit(lambda x: jax.jvp(f, (x,), (x,))[1]), 1),
+    }
+    for name, (fn, kernels) in progs.items():
+        traced = fn.trace(x)
+        assert traced.lower(lowering_platforms=("cpu",)).as_text().count("custom_call @jln_cpu_norm") == kernels, name
+        assert "custom_call" not in traced.lower(lowering_platforms=("cuda",)).as_text(), name
+        both = traced.lower(lowering_platforms=("cuda", "cpu")).as_text()
+        assert both.count("custom_call @jln_cpu_norm") == kernels, name
+
+
 def test_special_values_propagate_like_xla() -> None:
     x = jnp.array([[0.0, 0.0, 0.0, 0.0], [1.0, jnp.nan, 2.0, 3.0], [1.0, jnp.inf, 2.0, 3.0], [1e30, -1e30, 3.0, 0.0]], jnp.float32)
     for f in (lambda x, impl: jln.layer_norm(x, impl=impl), lambda x, impl: jln.rms_norm(x, impl=impl)):

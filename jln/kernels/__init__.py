@@ -27,6 +27,11 @@ per example for conditions, over the mesh axes the operand is broadcast along). 
 normalized axis is all-gathered (that axis only: rows split over other mesh axes stay split),
 so keep ``impl="xla"`` for tensor-parallel hidden axes; a row axis the mesh does not divide
 evenly is gathered too.
+
+Platforms and ``jax.export``: each kernel call is a primitive that lowers to the kernel on its
+target's platforms and to the XLA body it implements under ``jax.export`` (a Triton call has
+no compatibility guarantee) and on any other platform (a program traced on a GPU machine and
+lowered for its CPU, or for several platforms at once): :mod:`jln.kernels._export`.
 """
 
 from __future__ import annotations

@@ -28,9 +28,10 @@ Transforms, all with public JAX machinery except small primitives of jln's own:
   ``custom_jvp`` (:func:`_forward_add`): the kernel writes ``s`` and ``y`` in one sweep, the
   tangent of ``s`` is the sum of the inputs' tangents and that of ``y`` the norm's tangent at
   ``s``, so reverse mode keeps ``s`` and shares the norm's backward kernel.
-* ``jax.export``: each FFI call is a primitive of its own (:func:`_exportable`) that lowers to
-  the XLA body it implements when the computation is lowered for export (a custom call
-  without a compatibility guarantee cannot be serialized), and to the kernel otherwise.
+* ``jax.export`` and other platforms: each FFI call is a primitive of its own
+  (:func:`_exportable`) that lowers to the kernel on the CPU, and to the XLA body it
+  implements when the computation is lowered for export (a custom call without a
+  compatibility guarantee cannot be serialized) or for another platform.
 
 The library is compiled with the system C++ compiler (``$CXX``, else ``c++``/``g++``/
 ``clang++``) against the FFI headers of the installed jaxlib and cached under
@@ -66,6 +67,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jln import _checks, _layer_norm, _rms_norm, _stats
+from jln.kernels import _export
 
 Array = jax.Array
 
@@ -381,23 +383,16 @@ def _ffi_bwd(spec: Spec, ct: Array, x: Array, *rest: Array) -> tuple[Array, ...]
 
 # ----------------------------------------------------------------------------- jax.export
 #
-# A custom call whose target has no compatibility guarantee cannot be serialized: jax.export
-# refuses it. So each kernel call is a primitive of its own that lowers to the FFI call, and,
-# when the computation is lowered for jax.export, to the XLA body it implements (the XLA
-# path's numbers, which the tests hold the kernels to).
-
-
-def _exporting(ctx: Any) -> bool:
-    """Whether ``ctx`` lowers for ``jax.export``. (JAX's lowering parameters, read defensively:
-    where JAX lacks them, the kernels stay, and jax.export says why it refuses them.)"""
-    params = getattr(getattr(ctx, "module_context", None), "lowering_parameters", None)
-    return bool(getattr(params, "for_export", False))
+# Each FFI call is a primitive of its own (jln.kernels._export) that lowers to the kernel on
+# the CPU and to the XLA body it implements under jax.export (a custom call without a
+# compatibility guarantee cannot be serialized) and on other platforms.
 
 
 def _xla_fwd(spec: Spec, x: Array, *params: Array) -> tuple[Array, Array, Array]:
-    """``_ffi_fwd`` for export: ``y`` from the XLA body, and zeros for the row statistics, which
-    only the native backward kernel reads (exported, the backward is :func:`_xla_bwd`, the XLA
-    body's VJP, and forward mode is the XLA body's JVP already)."""
+    """``_ffi_fwd`` where the kernel is not taken (jax.export, another platform): ``y`` from the
+    XLA body, and zeros for the row statistics, which only the native backward kernel reads
+    (there the backward is :func:`_xla_bwd`, the XLA body's VJP, and forward mode is the XLA
+    body's JVP already)."""
     stat = jnp.zeros(x.shape[:-1], jnp.float32)
     return _xla(spec, x, *params), stat, stat
 
@@ -409,34 +404,25 @@ def _xla_fwd_add(spec: Spec, x: Array, residual: Array, *params: Array) -> tuple
 
 
 def _xla_bwd(spec: Spec, ct: Array, x: Array, *rest: Array) -> tuple[Array, ...]:
-    """``_ffi_bwd`` for export: the XLA body's VJP (the statistics in ``rest`` unread)."""
+    """``_ffi_bwd`` where the kernel is not taken: the XLA body's VJP (the statistics in
+    ``rest`` unread)."""
     dx, *dp = jax.vjp(functools.partial(_xla, spec), x, *rest[:-2])[1](ct)
     return (dx, *(d.astype(jnp.float32) for d in dp))
 
 
 def _exportable(name: str, ffi: Any, xla: Any) -> Any:
-    """A primitive ``name`` computing ``ffi(spec, *args)`` (the kernel), lowered to ``xla``'s
-    body instead for jax.export; batched by moving the mapped axes to the front and
-    broadcasting the unmapped operands there (the kernels take leading axes as more rows and
-    more parameter groups)."""
-    from jax.extend.core import Primitive
-    from jax.interpreters import batching, mlir
+    """A primitive ``name`` computing ``ffi(spec, *args)`` (the kernel) on the CPU and ``xla``'s
+    body under jax.export and on other platforms (:func:`jln.kernels._export.primitive`);
+    batched by moving the mapped axes to the front and broadcasting the unmapped operands
+    there (the kernels take leading axes as more rows and more parameter groups)."""
+    from jax.interpreters import batching
 
-    p = Primitive(name)
-    p.multiple_results = True
-    p.def_impl(lambda *args, spec: ffi(spec, *args))
-
-    def abstract(*avals: Any, spec: Spec) -> tuple[Any, ...]:
-        outs = jax.eval_shape(functools.partial(ffi, spec), *avals)
-        return tuple(avals[0].update(shape=o.shape, dtype=o.dtype, weak_type=False) for o in outs)
-
-    p.def_abstract_eval(abstract)
-
-    def lower(ctx: Any, *args: Any, spec: Spec) -> Any:
-        body = xla if _exporting(ctx) else ffi
-        return mlir.lower_fun(functools.partial(body, spec), multiple_results=True)(ctx, *args)
-
-    mlir.register_lowering(p, lower)
+    p = _export.primitive(
+        name,
+        lambda *args, spec: ffi(spec, *args),
+        lambda *args, spec: xla(spec, *args),
+        lambda plat, spec: plat == "cpu",
+    )
 
     def batch(args: tuple[Any, ...], dims: tuple[Any, ...], *, spec: Spec) -> tuple[Any, tuple[int, ...]]:
         size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
@@ -603,7 +589,7 @@ def _register_primitive() -> None:
     p = Primitive("jln_cpu_norm_lin")
     p.def_impl(_lin_impl)
     p.def_abstract_eval(lambda *args, spec, present: args[k].update(dtype=jnp.dtype(spec.y_dtype), weak_type=False))
-    mlir.register_lowering(p, mlir.lower_fun(_lin_impl, multiple_results=False), platform="cpu")
+    mlir.register_lowering(p, mlir.lower_fun(_lin_impl, multiple_results=False))  # (the XLA body's JVP)
 
     def transpose(ct: Any, *args: Any, spec: Spec, present: tuple[bool, ...]) -> list[Any]:
         if type(ct) is ad.Zero:

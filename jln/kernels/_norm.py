@@ -65,6 +65,11 @@ class Spec:
         return dict(self.static)
 
     @property
+    def n_stats(self) -> int:
+        """Per-row statistics the forward saves: LayerNorm's mean and rstd, RMSNorm's rstd."""
+        return 2 if self.op == "ln" else 1
+
+    @property
     def n_x(self) -> int:
         """Inputs laid out like ``x``: ``x`` (and the residual, with a fused add)."""
         return 1 if self.add is None else 2
@@ -264,7 +269,7 @@ def _bwd_block(spec: Spec, refs: Any, r0: Any, first_row: Any) -> list[Array | N
     dx (and per-row operand cotangents), returns the partial sums of the broadcast operands'
     cotangents (``[1, W]`` float32; ``None`` for per-row operands)."""
     plan, k = spec.plan, len(spec.kinds)
-    n_stats = 2 if spec.op == "ln" else 1
+    n_stats = spec.n_stats
     n_in = 2 if spec.add is None else 3  # x (s with a fused add), dy (and ds)
     br = plan.block_rows
     rows = None if plan.chunk == br else pl.ds(r0, br)
@@ -422,7 +427,7 @@ def _pallas(
 
 def _forward(spec: Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> tuple[Array, ...]:
     plan = spec.plan
-    n_stats = 2 if spec.op == "ln" else 1
+    n_stats = spec.n_stats
     stat = jax.ShapeDtypeStruct((plan.rows, 1), F32)
     x_like = [jax.ShapeDtypeStruct((plan.rows, plan.n), _y_dtype(spec))]
     if spec.add is not None:
@@ -583,6 +588,25 @@ def _body(spec: Spec, x: Array, *ops: Array) -> Array:
         x, named["scale"], named["bias"], axes=(x.ndim - 1,), eps=kw["eps"], convention=kw["convention"],
         io_dtype=kw["io_dtype"], out_dtype=kw["out_dtype"],
     )
+
+
+def forward_xla(spec: Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> tuple[Array, ...]:
+    """:func:`forward_nd`'s results from the XLA body, where the kernel is not taken (jax.export,
+    another platform: see :mod:`jln.kernels._export`): ``y`` (and ``s``), and zeros for the
+    statistics, which only the backward kernel reads (there the backward is
+    :func:`backward_xla`)."""
+    s = xs[0] if spec.add is None else _layer_norm.add_in(xs[0], xs[1], spec.add[0])
+    stats = (jnp.zeros(s.shape[:-1] + (1,), F32),) * spec.n_stats
+    y = _body(spec, s, *ops)
+    return (y, *stats) if spec.add is None else (y, s, *stats)
+
+
+def backward_xla(spec: Spec, x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
+    """:func:`backward_nd`'s ``(dx, *d_ops)`` from the XLA body's VJP, where the kernel is not
+    taken; ``rest``: ``ds`` with a fused add, the statistics (unread), the operands."""
+    ds = rest[0] if spec.add is not None else None
+    ops = rest[(spec.n_x - 1) + spec.n_stats :]
+    return _backward_ref(spec, x, dy, ds, *ops)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))

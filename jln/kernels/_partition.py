@@ -23,7 +23,11 @@ every device. The forward and the backward kernel calls are therefore each wrapp
   (padded rows would add garbage to the parameter gradients).
 
 Outside a multi-device computation (one device, or inside ``jax.shard_map`` where every axis
-is manual) ``custom_partitioning`` inlines the kernels unchanged. ``custom_partitioning`` has
+is manual) ``custom_partitioning`` inlines the kernels unchanged. Inside it, each direction's
+kernel call is a primitive of :mod:`jln.kernels._export` (the kernel on its target's
+platforms, the XLA body under ``jax.export`` and elsewhere); it stays below
+``custom_partitioning``, whose lowering JAX gives the devices only when the traced program
+shows it. ``custom_partitioning`` has
 no batching rule, so each direction is also a ``jax.custom_batching.custom_vmap`` whose rule
 makes the mapped axis one more row axis (an unmapped operand is broadcast over it, in the
 backward as one group per example so each example gets its own gradient).
@@ -41,13 +45,9 @@ from jax.custom_batching import custom_vmap
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jln.kernels import _norm
+from jln.kernels import _export, _norm
 
 Array = jax.Array
-
-
-def _n_stats(spec: _norm.Spec) -> int:
-    return 2 if spec.op == "ln" else 1
 
 
 def _signature(x: Array, ops: tuple[Array, ...]) -> tuple[int, tuple[tuple[bool, ...], ...]]:
@@ -118,15 +118,35 @@ def _rule(sig: tuple[int, tuple[tuple[bool, ...], ...]], n_stats: int, backward:
 # ----------------------------------------------------------------------------- forward
 
 
+#: The platforms each kernel target lowers for (interpret mode: any).
+_TARGET_PLATFORMS = {"gpu": ("cuda", "rocm"), "tpu": ("tpu",)}
+
+
+def _runs_on(platform: str, spec: _norm.Spec) -> bool:
+    return spec.plan.interpret or platform in _TARGET_PLATFORMS.get(spec.plan.target, ())
+
+
+# Each direction's kernel call on a device's rows is a primitive (jln.kernels._export): the
+# kernel on the platforms of its target, the XLA body under jax.export and on other platforms.
+# (Inside custom_partitioning, which must stay in the traced program: JAX gives its lowering
+# the devices only when it sees it there.)
+_fwd_p = _export.primitive(
+    "jln_pallas_norm_fwd",
+    lambda *args, spec: _norm.forward_nd(spec, args[: spec.n_x], args[spec.n_x :]),
+    lambda *args, spec: _norm.forward_xla(spec, args[: spec.n_x], args[spec.n_x :]),
+    _runs_on,
+)
+
+
 def _fwd_impl(spec: _norm.Spec, sig: Any, *args: Array) -> tuple[Array, ...]:
     del sig  # static only for the sharding decisions
-    return _norm.forward_nd(spec, args[: spec.n_x], args[spec.n_x :])
+    return tuple(_fwd_p.bind(*args, spec=spec))
 
 
 def _fwd_shardings(spec: _norm.Spec, sig: Any, mesh: Any, arg_infos: Any) -> tuple[Any, Any]:
     rows = _row_entries(mesh, arg_infos[0])
     x_like = _like(mesh, rows, None)
-    outs = (*[x_like] * spec.n_x, *[_like(mesh, rows, None)] * _n_stats(spec))
+    outs = (*[x_like] * spec.n_x, *[_like(mesh, rows, None)] * spec.n_stats)
     return outs, (*[x_like] * spec.n_x, *(_like(mesh, rows, s) for s in sig[1]))
 
 
@@ -143,7 +163,7 @@ _fwd_cp = custom_partitioning(_fwd_impl, static_argnums=(0, 1))
 _fwd_cp.def_partition(
     partition=_fwd_partition,
     infer_sharding_from_operands=_fwd_infer,
-    sharding_rule=lambda spec, sig, *_: _rule(sig, _n_stats(spec), backward=False, n_x=spec.n_x),
+    sharding_rule=lambda spec, sig, *_: _rule(sig, spec.n_stats, backward=False, n_x=spec.n_x),
 )
 
 
@@ -171,13 +191,27 @@ def forward(spec: _norm.Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> 
 # ----------------------------------------------------------------------------- backward
 
 
-def _bwd_local(spec: _norm.Spec, x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
+def _bwd_kernel(spec: _norm.Spec, x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
     ds = None
     if spec.add is not None:
         ds, *rest_ = rest
         rest = tuple(rest_)
-    k = _n_stats(spec)
+    k = spec.n_stats
     return _norm.backward_nd(spec, x, dy, tuple(rest[:k]), tuple(rest[k:]), cast_params=False, ds=ds)
+
+
+_bwd_p = _export.primitive(
+    "jln_pallas_norm_bwd",
+    lambda x, dy, *rest, spec: _bwd_kernel(spec, x, dy, *rest),
+    lambda x, dy, *rest, spec: _norm.backward_xla(spec, x, dy, *rest),
+    _runs_on,
+)
+
+
+def _bwd_local(spec: _norm.Spec, x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
+    """``(dx, *d_ops)`` of a device's rows, broadcast operands' gradients as float32 partial
+    sums; ``rest``: ``ds`` with a fused add, the statistics, the operands."""
+    return tuple(_bwd_p.bind(x, dy, *rest, spec=spec))
 
 
 def _bwd_impl(spec: _norm.Spec, sig: Any, x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
@@ -189,7 +223,7 @@ def _bwd_shardings(spec: _norm.Spec, sig: Any, mesh: Any, arg_infos: Any) -> tup
     rows = _row_entries(mesh, arg_infos[0])
     x_like = _like(mesh, rows, None)
     op_sh = tuple(_like(mesh, rows, s) for s in sig[1])
-    args = (*[x_like] * (1 + spec.n_x), *[_like(mesh, rows, None)] * _n_stats(spec), *op_sh)
+    args = (*[x_like] * (1 + spec.n_x), *[_like(mesh, rows, None)] * spec.n_stats, *op_sh)
     return (x_like, *op_sh), args, rows
 
 
@@ -215,7 +249,7 @@ _bwd_cp = custom_partitioning(_bwd_impl, static_argnums=(0, 1))
 _bwd_cp.def_partition(
     partition=_bwd_partition,
     infer_sharding_from_operands=_bwd_infer,
-    sharding_rule=lambda spec, sig, *_: _rule(sig, _n_stats(spec), backward=True, n_x=spec.n_x),
+    sharding_rule=lambda spec, sig, *_: _rule(sig, spec.n_stats, backward=True, n_x=spec.n_x),
 )
 
 
@@ -229,7 +263,7 @@ def backward(
 
     @custom_vmap
     def bwd(x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
-        skip = len(extra) + _n_stats(spec)
+        skip = len(extra) + spec.n_stats
         return tuple(_bwd_cp(spec, _signature(x, rest[skip:]), x, dy, *rest))
 
     @bwd.def_vmap
