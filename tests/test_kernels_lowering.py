@@ -201,3 +201,24 @@ def test_export_and_other_platforms_take_the_xla_body(name):
             else:
                 np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want_dx, np.float32),
                                            rtol=8e-3, atol=1e-3, err_msg=f"{name}: dx")
+
+
+def test_symbolic_shapes_take_the_xla_path(monkeypatch):
+    # jax.export with a symbolic batch (shape polymorphism): kernels are tiled for concrete
+    # row counts, so "auto" on a GPU takes the XLA path (planning a kernel for `b*t` rows
+    # raised InconclusiveDimensionOperation), and impl="pallas" says why it cannot run
+    from jln import _dispatch
+
+    monkeypatch.setattr(_dispatch, "platform_of", lambda x: "gpu")
+    b, t = jax.export.symbolic_shape("b, t")
+    x = jax.ShapeDtypeStruct((b, t, 96), BF16)
+    w = jnp.linspace(0.5, 1.5, 96, dtype=BF16)
+    data = jnp.linspace(-3, 5, 6 * 96, dtype=F32).reshape(2, 3, 96).astype(BF16)
+    for name, f in EXPORT_CASES.items():
+        exported = jax.export.export(jax.jit(lambda x, f=f: f(x, w, w, "auto")), platforms=("cuda", "cpu"))(x)
+        assert TRITON not in exported.mlir_module(), name  # (its shape assertions are custom calls)
+        assert bool(jnp.all(exported.call(data) == f(data, w, w, "xla"))), name
+        with pytest.raises(ValueError, match=r"impl='pallas' is not available here: .*symbolic dimensions"):
+            jax.export.export(jax.jit(lambda x, f=f: f(x, w, w, "pallas")), platforms=("cuda",))(x)
+    # with concrete shapes, "auto" takes the kernels there
+    assert _lower(lambda x: jln.layer_norm(x, w, w), _sds((2, 3, 96), BF16)).count(TRITON) == 1

@@ -112,6 +112,11 @@ def unsupported_reason(op: str, x: Any, axis_name: Any, *, backend: str, **stati
     dtypes = [x.dtype] + [static[k] for k in ("out_dtype", "mod_dtype") if static.get(k) is not None]
     if any(jnp.dtype(d) not in (jnp.float32, jnp.bfloat16, jnp.float16) for d in dtypes):
         return f"kernels take float32, bfloat16 and float16 (received {[str(jnp.dtype(d)) for d in dtypes]}); float64 runs on the XLA path"
+    if not all(isinstance(d, int) for d in x.shape):
+        return (
+            f"kernels are tiled for concrete shapes; received x.shape={tuple(x.shape)} with symbolic "
+            f"dimensions (jax.export shape polymorphism), which run on the XLA path"
+        )
     n = _checks.rows_and_width(x.shape, len(axes))[1]
     if n == 0:
         return "the normalized axes are empty"
