@@ -9,7 +9,8 @@
 # (PYTHONPATH, no pip install), and writes to OUT_DIR (at most 8 files, none in subfolders):
 #   env.txt      the machine: GPU, driver, jax devices and versions
 #   check.txt    jln parity --impl pallas: the Pallas kernels against float64 torch, forward
-#                and backward, every op and RMSNorm convention, float32/bfloat16/float16
+#                and backward, every op and RMSNorm convention, float32/bfloat16/float16;
+#                then bench/gpu_export.py: the kernels under jax.export and on the host CPU
 #   tune.json    bench/gpu_tune.py: Pallas tilings at 32768x4096 bfloat16 against copy and XLA
 #   main.json    32768x4096 bfloat16: layer_norm, rms_norm, add_layer_norm, add_rms_norm;
 #   main.md      fwd, bwd (alone) and fwd+bwd; jln (auto, xla, pallas), flax, jnp, torch,
@@ -72,9 +73,13 @@ fi
 
 if want check; then
   # the kernels' numbers first: every op, forward and backward, against float64 torch
-  timeout -s TERM 100 $py -m jln.cli.parity --impl pallas --no-modules --dtypes "$check_dtypes" \
+  timeout -s TERM 80 $py -m jln.cli.parity --impl pallas --no-modules --dtypes "$check_dtypes" \
     --no-progress --json "$out/check.json" > "$out/check.txt" 2>&1
   echo "check exit $? after $((SECONDS - start)) s"; grep -E "FAIL|^jln parity" "$out/check.txt" | tail -n 30
+  # the kernels under jax.export (serialized where flatbuffers is installed) and jitted on the
+  # host CPU: the XLA body they implement
+  timeout -s TERM 20 $py "$here/gpu_export.py" >> "$out/check.txt" 2>&1
+  echo "export exit $? after $((SECONDS - start)) s"; grep -E "^(ok|FAIL) |^gpu_export" "$out/check.txt"
 fi
 
 if want tune; then

@@ -405,3 +405,19 @@ def test_ratios_say_what_they_are_without_faulted_widths() -> None:
     (row,) = _bench.ratios(report)
     assert "flax_unfaulted" not in row
     assert "| layer_norm | float32 | fwd | 0.45 |" in _bench.markdown(report)
+
+
+def test_gpu_export_check_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    # bench/gpu_export.py (part of bench/gpu.sh's check) on this CPU: the native kernels under
+    # jit, the XLA body exported; every line ok
+    import importlib.util
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "gpu_export.py"
+    spec = importlib.util.spec_from_file_location("jln_bench_gpu_export", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main() == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "gpu_export: 3 of 3 ok"
+    assert all(line.startswith("ok   ") and "y == xla: True" in line for line in lines[:-1]), lines
