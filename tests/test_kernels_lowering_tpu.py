@@ -1,0 +1,83 @@
+"""The Pallas kernels lowered for a TPU (Mosaic) on this CPU-only machine.
+
+As ``tests/test_kernels_lowering.py`` does for NVIDIA GPUs: interpret mode checks what the
+kernels compute, not whether Pallas's Mosaic lowering accepts them (block shapes, primitives
+with a TPU rule). Here every op is traced for the TPU target (the exact-width layout) and
+lowered with ``lowering_platforms=("tpu",)``: a lowering error fails the test, and the module
+holds exactly the Mosaic calls expected (one forward, one backward). What libtpu then compiles
+and computes needs a TPU, which no run has had.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jln
+from jln import kernels
+
+F32, BF16 = jnp.float32, jnp.bfloat16
+MOSAIC = "tpu_custom_call"
+
+
+@pytest.fixture(autouse=True)
+def tpu_target(monkeypatch):
+    monkeypatch.setattr(kernels, "_target", lambda x: ("tpu", False))
+    # some Mosaic rules (lax.sign's) ask the local device which TPU they lower for; name one
+    # (a v5e) instead
+    try:
+        from jax._src.pallas.mosaic import tpu_info
+    except ImportError:  # a jax without it lowers without asking
+        return
+    info = tpu_info._get_tpu_info_impl(tpu_info.ChipVersion.TPU_V5E, 1)
+    monkeypatch.setattr(tpu_info, "get_tpu_info", lambda: info)
+
+
+def _lower(fn, *args, platforms=("tpu",)):
+    return jax.jit(fn).trace(*args).lower(lowering_platforms=platforms).as_text()
+
+
+def _registry_ops():
+    from jln import _registry
+
+    return [op for op in _registry.OPS if op.family != "modulate"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("op", _registry_ops(), ids=lambda op: op.name)
+def test_every_parity_op_lowers_for_tpu(op, dtype):
+    # every op and convention, forward and the gradient of every input: rows narrower than a
+    # lane tile (40), per-example condition groups (24 rows of 256), and a 1000-wide row
+    for shape in ((4, 3, 40), (2, 24, 256), (5, 1000)):
+        inputs = op.make_inputs(shape, 1, dtype)
+        names = list(inputs)
+
+        def fwd(*a, names=names):
+            return op.call_jln(dict(zip(names, a, strict=True)), 1, impl="pallas")
+
+        def loss(*a, fwd=fwd):
+            return sum(jnp.sum(o.astype(F32)) for o in fwd(*a))
+
+        args = [jnp.asarray(v) for v in inputs.values()]
+        assert _lower(fwd, *args).count(MOSAIC) == 1, shape
+        grad = jax.grad(loss, argnums=tuple(i for i, a in enumerate(args) if jnp.issubdtype(a.dtype, jnp.floating)))
+        assert _lower(grad, *args).count(MOSAIC) == 2, shape
+
+
+def test_tpu_export_and_the_cpu_branch_take_the_xla_body():
+    # exported for a TPU and the CPU at once, the kernels' calls become the XLA body (Mosaic
+    # calls carry a compatibility guarantee, but the kernels are untested on a TPU); jitted
+    # and lowered for both, the TPU's branch keeps the kernel
+    x = (2.0 + jax.random.normal(jax.random.key(0), (4, 6, 128), F32)).astype(BF16)
+    w = jnp.linspace(0.5, 1.5, 128, dtype=BF16)
+
+    def f(x):
+        return jln.layer_norm(x, w, w, impl="pallas")
+
+    assert _lower(f, x, platforms=("tpu", "cpu")).count(MOSAIC) == 1
+    exported = jax.export.export(jax.jit(f), platforms=("tpu", "cpu"))(x)
+    assert MOSAIC not in exported.mlir_module()
+    want = jln.layer_norm(x, w, w, impl="xla")
+    got = exported.call(x)
+    assert got.dtype == want.dtype and bool(jnp.all(got == want))
