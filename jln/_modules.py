@@ -423,8 +423,8 @@ def apply_ada_ln_continuous(params: Params, x: Array, cond: Array, cfg: AdaLNCon
 # --------------------------------------------------------------------------- attention
 
 
-def attention_specs(d_model: int) -> dict[str, Any]:
-    return {name: dense_specs(d_model, d_model) for name in ("query", "key", "value", "out")}
+def attention_specs(d_model: int, use_bias: bool = True) -> dict[str, Any]:
+    return {name: dense_specs(d_model, d_model, use_bias=use_bias) for name in ("query", "key", "value", "out")}
 
 
 def check_mask(mask: Any, batch: int, length: int, fn: str) -> None:
@@ -496,8 +496,9 @@ class EncoderLayerConfig:
     dropout: float = 0.1
     activation: str = "relu"
     layer_norm_eps: float = 1e-5
+    batch_first: bool = False  # (torch's order: batch_first, norm_first, bias)
     norm_first: bool = False
-    batch_first: bool = False
+    bias: bool = True  # the Linear layers' and the LayerNorms' biases
     dtype: Any = None
     impl: str = "auto"
     monitor: bool = False
@@ -520,12 +521,12 @@ class EncoderLayerConfig:
 
 
 def encoder_layer_specs(cfg: EncoderLayerConfig) -> dict[str, Any]:
-    d, f = cfg.d_model, cfg.dim_feedforward
-    norm = layer_norm_specs(LayerNormConfig(), (d,))
+    d, f, bias = cfg.d_model, cfg.dim_feedforward, bool(cfg.bias)
+    norm = layer_norm_specs(LayerNormConfig(use_bias=bias), (d,))
     return {
-        "self_attn": attention_specs(d),
-        "linear1": dense_specs(d, f),
-        "linear2": dense_specs(f, d),
+        "self_attn": attention_specs(d, bias),
+        "linear1": dense_specs(d, f, use_bias=bias),
+        "linear2": dense_specs(f, d, use_bias=bias),
         "norm1": dict(norm),
         "norm2": dict(norm),
     }
@@ -565,7 +566,7 @@ def apply_encoder_layer(
     stats: dict[str, Any] = {}
 
     def norm(name: str, h: Array) -> Array:
-        y = layer_norm(h, params[name]["scale"], params[name]["bias"], eps=cfg.layer_norm_eps, impl=cfg.impl)
+        y = layer_norm(h, params[name]["scale"], params[name].get("bias"), eps=cfg.layer_norm_eps, impl=cfg.impl)
         if cfg.monitor:
             stats[name] = _monitor.row_stats(h, y, (h.ndim - 1,))
         return y

@@ -387,7 +387,8 @@ class TransformerEncoderLayer(nn.Module):
 
     Attributes:
       d_model, nhead, dim_feedforward, dropout, activation (``"relu"``/``"gelu"``),
-      layer_norm_eps, norm_first, batch_first: as torch.
+      layer_norm_eps, batch_first, norm_first, bias: as torch, in torch's order (``bias=False``:
+      no biases in the Linear layers and the LayerNorms).
       dtype: compute dtype (default ``src.dtype``); param_dtype, impl, monitor as
         :class:`LayerNorm` (the monitor records ``{"norm1": ..., "norm2": ...}``).
 
@@ -415,8 +416,9 @@ class TransformerEncoderLayer(nn.Module):
     dropout: float = 0.1
     activation: str = "relu"
     layer_norm_eps: float = 1e-5
-    norm_first: bool = False
     batch_first: bool = False
+    norm_first: bool = False
+    bias: bool = True
     dtype: Any = None
     param_dtype: Any = jnp.float32
     impl: str = "auto"

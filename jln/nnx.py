@@ -381,8 +381,9 @@ class TransformerEncoderLayer(nnx.Module):
     devices under ``jax.jit``; the hidden axis must not be (the block is not tensor-parallel).
 
     Args:
-      d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, norm_first,
-        batch_first: as torch (positional, in torch's order).
+      d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
+        norm_first, bias: as torch (positional, in torch's order; ``bias=False``: no biases in
+        the Linear layers and the LayerNorms).
       dtype, param_dtype, impl, monitor: as linen.
       rngs: ``nnx.Rngs`` for parameter init and the dropout stream.
 
@@ -409,8 +410,9 @@ class TransformerEncoderLayer(nnx.Module):
         dropout: float = 0.1,
         activation: str = "relu",
         layer_norm_eps: float = 1e-5,
-        norm_first: bool = False,
         batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
         *,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
@@ -421,8 +423,8 @@ class TransformerEncoderLayer(nnx.Module):
         fn = "jln.nnx.TransformerEncoderLayer"
         self.cfg = M.EncoderLayerConfig(
             d_model=d_model, nhead=nhead, dim_feedforward=dim_feedforward, dropout=dropout,
-            activation=activation, layer_norm_eps=layer_norm_eps, norm_first=norm_first,
-            batch_first=batch_first, dtype=dtype, impl=impl, monitor=monitor,
+            activation=activation, layer_norm_eps=layer_norm_eps, batch_first=batch_first,
+            norm_first=norm_first, bias=bias, dtype=dtype, impl=impl, monitor=monitor,
         )
         self._specs = M.encoder_layer_specs(self.cfg)
         _create(self, self._specs, param_dtype, rngs, fn)

@@ -339,6 +339,10 @@ def test_unsupported_configurations() -> None:
         from_torch(_diffusers("AdaLayerNormZero")(D, num_embeddings=10))
     with pytest.raises(ValueError, match="activation"):
         from_torch(torch.nn.TransformerEncoderLayer(16, 2, 32, activation=torch.nn.SiLU()))
+    mixed = torch.nn.TransformerEncoderLayer(16, 2, 32)
+    mixed.linear1.bias = None
+    with pytest.raises(ValueError, match="some of its layers have biases"):
+        from_torch(mixed)
     with pytest.raises(ValueError, match="dim="):
         from_torch(_diffusers("RMSNorm")((4, D), eps=1e-6))
     with pytest.raises(ValueError, match="api"):
@@ -371,20 +375,22 @@ def test_import_does_not_import_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
-def _encoder_layer(norm_first: bool, batch_first: bool, activation: str) -> Any:
+def _encoder_layer(norm_first: bool, batch_first: bool, activation: str, bias: bool = True) -> Any:
     m = torch.nn.TransformerEncoderLayer(
-        D, 4, 48, dropout=0.1, activation=activation, batch_first=batch_first, norm_first=norm_first
+        D, 4, 48, dropout=0.1, activation=activation, batch_first=batch_first, norm_first=norm_first, bias=bias
     )
     return _randomise(m, 3)
 
 
 @pytest.mark.parametrize(
-    ("norm_first", "batch_first", "activation"),
-    [(False, False, "relu"), (True, True, "gelu"), (False, True, "gelu"), (True, False, "relu")],
+    ("norm_first", "batch_first", "activation", "bias"),
+    [(False, False, "relu", True), (True, True, "gelu", True), (False, True, "gelu", True), (True, False, "relu", True),
+     (False, True, "relu", False), (True, False, "gelu", False)],
 )
-def test_transformer_encoder_layer(norm_first: bool, batch_first: bool, activation: str) -> None:
-    """Eval outputs (with and without a key padding mask) and a strict round trip, float32."""
-    m = _encoder_layer(norm_first, batch_first, activation)
+def test_transformer_encoder_layer(norm_first: bool, batch_first: bool, activation: str, bias: bool) -> None:
+    """Eval outputs (with and without a key padding mask) and a strict round trip, float32;
+    ``bias=False``: no biases in the Linear layers and the LayerNorms (none in the trees)."""
+    m = _encoder_layer(norm_first, batch_first, activation, bias)
     g = torch.Generator().manual_seed(5)
     b, t = 2, 6
     x = torch.randn((b, t, D) if batch_first else (t, b, D), generator=g)
@@ -403,8 +409,10 @@ def test_transformer_encoder_layer(norm_first: bool, batch_first: bool, activati
         ):
             assert y.dtype == jnp.float32
             np.testing.assert_allclose(np.asarray(y), expected.numpy(), rtol=1e-5, atol=2e-5)
+    leaves = jax.tree_util.tree_flatten_with_path(variables)[0]
+    assert any("bias" in jax.tree_util.keystr(k) for k, _ in leaves) == bias
     fresh = torch.nn.TransformerEncoderLayer(
-        D, 4, 48, activation=activation, batch_first=batch_first, norm_first=norm_first
+        D, 4, 48, activation=activation, batch_first=batch_first, norm_first=norm_first, bias=bias
     )
     for sd in (to_torch_state_dict(variables, lin), to_torch_state_dict(nnx_mod)):
         fresh.load_state_dict(sd, strict=True)

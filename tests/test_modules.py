@@ -956,3 +956,25 @@ def test_adaptive_modules_take_axis_name(kind):
             close(jnp.concatenate(list(g), axis=-1), want, F32_TOL)
         with pytest.raises(NameError):
             run(jax.tree.map(lambda a: a[0], pl), xl[0], c)
+
+
+#: NNX arguments linen infers from the first call's inputs (shapes), not fields
+NNX_SHAPE_ARGS = {"num_features", "cond_features"}
+MODULE_PAIRS = ["LayerNorm", "RMSNorm", "AdaptiveLayerNorm", "AdaLNZero", "AdaLNContinuous",
+                "TransformerEncoderLayer", "DiTBlock"]
+
+
+@pytest.mark.parametrize("name", MODULE_PAIRS)
+def test_linen_and_nnx_take_the_same_options(name):
+    # the two APIs must not drift apart: every linen field is an NNX argument of the same name,
+    # in the same order and with the same default, and NNX adds only the shapes linen infers
+    # (and rngs)
+    import dataclasses
+    import inspect
+
+    fields = [f for f in dataclasses.fields(getattr(L, name)) if f.name not in ("parent", "name")]
+    params = [p for p in inspect.signature(getattr(N, name).__init__).parameters.values()
+              if p.name not in ("self", "rngs") and p.name not in NNX_SHAPE_ARGS]
+    assert [f.name for f in fields] == [p.name for p in params]
+    for f, p in zip(fields, params, strict=True):
+        assert f.default is dataclasses.MISSING or f.default == p.default, (f.name, f.default, p.default)

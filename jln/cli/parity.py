@@ -212,6 +212,11 @@ def _module_specs() -> tuple[ModuleSpec, ...]:
             lambda: nn.TransformerEncoderLayer(d, 4, dim_feedforward=64, activation="gelu", norm_first=True, batch_first=True),
             seq, api="nnx", dtypes=("float32",),
         ),
+        ModuleSpec(
+            "module:nn.TransformerEncoderLayer[linen,post-LN,bias=False]",
+            lambda: nn.TransformerEncoderLayer(d, 4, dim_feedforward=64, batch_first=True, bias=False),
+            seq, dtypes=("float32",),
+        ),
         ModuleSpec("module:LlamaRMSNorm[linen]", lambda: _hf_norm("LlamaRMSNorm", d, 1e-6), seq, needs="transformers",
                    skip_float64=f32_upcast.format("transformers' LlamaRMSNorm")),
         ModuleSpec("module:GemmaRMSNorm[linen]", lambda: _hf_norm("GemmaRMSNorm", d, 1e-6), seq, needs="transformers",

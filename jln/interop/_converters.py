@@ -178,11 +178,12 @@ def _sd_adaptive(p: Params) -> dict[str, Any]:
 def _sd_encoder_layer(p: Params) -> dict[str, Any]:
     sa = p["self_attn"]
     qkv = [sa[n] for n in ("query", "key", "value")]
+    biases = {"self_attn.in_proj_bias": jnp.concatenate([t["bias"] for t in qkv], axis=0)} if "bias" in qkv[0] else {}
     return {
         "self_attn.in_proj_weight": jnp.concatenate(
             [jnp.asarray(t["kernel"]).T for t in qkv], axis=0
         ),
-        "self_attn.in_proj_bias": jnp.concatenate([t["bias"] for t in qkv], axis=0),
+        **biases,
         **_sd_linear(sa["out"], "self_attn.out_proj."),
         **_sd_linear(p["linear1"], "linear1."),
         **_sd_linear(p["linear2"], "linear2."),
@@ -368,8 +369,9 @@ def _conv_encoder_layer(m: Any, fn: str) -> tuple[Spec, Params]:
     checks = [
         (sa._qkv_same_embed_dim, "query, key and value have different embedding sizes"),
         (
-            sa.in_proj_bias is not None and m.linear1.bias is not None,
-            "it was built with bias=False",
+            len({sa.in_proj_bias is None, sa.out_proj.bias is None, m.linear1.bias is None,
+                 m.linear2.bias is None, m.norm1.bias is None, m.norm2.bias is None}) == 1,
+            "some of its layers have biases and others not",
         ),
         (sa.bias_k is None and sa.bias_v is None, "self_attn has add_bias_kv=True"),
         (not sa.add_zero_attn, "self_attn has add_zero_attn=True"),
@@ -385,13 +387,14 @@ def _conv_encoder_layer(m: Any, fn: str) -> tuple[Spec, Params]:
             raise _unsupported(m, fn, why, "Only torch's standard configuration is supported.")
     d = int(sa.embed_dim)
     w_q, w_k, w_v = sa.in_proj_weight.chunk(3, dim=0)
-    b_q, b_k, b_v = sa.in_proj_bias.chunk(3, dim=0)
+    bias = sa.in_proj_bias is not None
+    b_q, b_k, b_v = sa.in_proj_bias.chunk(3, dim=0) if bias else (None,) * 3
 
     def proj(w: Any, b: Any, name: str) -> Params:
-        return {
-            "kernel": to_jax(w, f"self_attn.in_proj_weight[{name}]", fn).T,
-            "bias": to_jax(b, f"self_attn.in_proj_bias[{name}]", fn),
-        }
+        p = {"kernel": to_jax(w, f"self_attn.in_proj_weight[{name}]", fn).T}
+        if b is not None:
+            p["bias"] = to_jax(b, f"self_attn.in_proj_bias[{name}]", fn)
+        return p
 
     p = {
         "self_attn": {
@@ -410,8 +413,9 @@ def _conv_encoder_layer(m: Any, fn: str) -> tuple[Spec, Params]:
         dropout=float(m.dropout.p),
         activation=_activation_name(m, fn),
         layer_norm_eps=float(m.norm1.eps),
-        norm_first=bool(m.norm_first),
         batch_first=bool(sa.batch_first),
+        norm_first=bool(m.norm_first),
+        bias=bias,
         param_dtype=_param_dtype(p),
     )
     sizes = (d, int(sa.num_heads))
