@@ -59,3 +59,25 @@ def check(jln_out: Any, torch_out: Any, ref64: Any, *, exact: bool = False, what
     rep = _compare.compare(jln_out, torch_out, ref64, exact=exact, atol=atol)
     assert rep.passed, f"{what}: {rep}"
     return rep
+
+
+def kernel_ops() -> list[_registry.Op]:
+    """``jln parity``'s ops that have kernels (all but plain modulation)."""
+    return [op for op in _registry.OPS if op.family != "modulate"]
+
+
+def kernel_programs(op: _registry.Op, shape: tuple[int, ...], dtype: str, param_dtype: str | None = None) -> tuple[Any, Any, list[jax.Array]]:
+    """``(fwd, grad, args)``: ``op`` through the Pallas kernels (``impl="pallas"``) on inputs of
+    ``shape``, and the gradient of its outputs' sum with respect to every floating input."""
+    inputs = op.make_inputs(shape, 1, dtype, param_dtype=param_dtype)
+    names = list(inputs)
+
+    def fwd(*a: jax.Array) -> Any:
+        return op.call_jln(dict(zip(names, a, strict=True)), 1, impl="pallas")
+
+    def loss(*a: jax.Array) -> jax.Array:
+        return sum(jnp.sum(o.astype(jnp.float32)) for o in fwd(*a))
+
+    args = [jnp.asarray(v) for v in inputs.values()]
+    grad = jax.grad(loss, argnums=tuple(i for i, a in enumerate(args) if jnp.issubdtype(a.dtype, jnp.floating)))
+    return fwd, grad, args

@@ -21,6 +21,8 @@ import jln
 from jln import kernels
 from jln.kernels import _plan
 
+from ._util import kernel_ops, kernel_programs
+
 F32, BF16, F16 = jnp.float32, jnp.bfloat16, jnp.float16
 TRITON = "__gpu$xla.gpu.triton"
 
@@ -118,30 +120,14 @@ def test_backward_loop_over_chunks_lowers():
     _check(lambda x, s: jln.rms_norm(x, s, impl="pallas"), (32768, 4096), BF16, 1)
 
 
-def _registry_ops():
-    from jln import _registry
-
-    return [op for op in _registry.OPS if op.family != "modulate"]
-
-
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-@pytest.mark.parametrize("op", _registry_ops(), ids=lambda op: op.name)
+@pytest.mark.parametrize("op", kernel_ops(), ids=lambda op: op.name)
 def test_every_parity_op_lowers(op, dtype):
     # what `jln parity --impl pallas` runs on a GPU, lowered here: every op and convention,
     # forward and the gradient of every input, with parameters in x's dtype and in float32
     for param_dtype in (None, "float32") if dtype != "float32" else (None,):
-        inputs = op.make_inputs((4, 3, 40), 1, dtype, param_dtype=param_dtype)
-        names = list(inputs)
-
-        def fwd(*a, names=names):
-            return op.call_jln(dict(zip(names, a, strict=True)), 1, impl="pallas")
-
-        def loss(*a, fwd=fwd):
-            return sum(jnp.sum(o.astype(F32)) for o in fwd(*a))
-
-        args = [jnp.asarray(v) for v in inputs.values()]
+        fwd, grad, args = kernel_programs(op, (4, 3, 40), dtype, param_dtype)
         assert _lower(fwd, *args).count(TRITON) == 1
-        grad = jax.grad(loss, argnums=tuple(i for i, a in enumerate(args) if jnp.issubdtype(a.dtype, jnp.floating)))
         assert _lower(grad, *args).count(TRITON) == 2
 
 

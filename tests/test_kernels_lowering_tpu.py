@@ -17,6 +17,8 @@ import pytest
 import jln
 from jln import kernels
 
+from ._util import kernel_ops, kernel_programs
+
 F32, BF16 = jnp.float32, jnp.bfloat16
 MOSAIC = "tpu_custom_call"
 
@@ -38,30 +40,14 @@ def _lower(fn, *args, platforms=("tpu",)):
     return jax.jit(fn).trace(*args).lower(lowering_platforms=platforms).as_text()
 
 
-def _registry_ops():
-    from jln import _registry
-
-    return [op for op in _registry.OPS if op.family != "modulate"]
-
-
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-@pytest.mark.parametrize("op", _registry_ops(), ids=lambda op: op.name)
+@pytest.mark.parametrize("op", kernel_ops(), ids=lambda op: op.name)
 def test_every_parity_op_lowers_for_tpu(op, dtype):
     # every op and convention, forward and the gradient of every input: rows narrower than a
     # lane tile (40), per-example condition groups (24 rows of 256), and a 1000-wide row
     for shape in ((4, 3, 40), (2, 24, 256), (5, 1000)):
-        inputs = op.make_inputs(shape, 1, dtype)
-        names = list(inputs)
-
-        def fwd(*a, names=names):
-            return op.call_jln(dict(zip(names, a, strict=True)), 1, impl="pallas")
-
-        def loss(*a, fwd=fwd):
-            return sum(jnp.sum(o.astype(F32)) for o in fwd(*a))
-
-        args = [jnp.asarray(v) for v in inputs.values()]
+        fwd, grad, args = kernel_programs(op, shape, dtype)
         assert _lower(fwd, *args).count(MOSAIC) == 1, shape
-        grad = jax.grad(loss, argnums=tuple(i for i, a in enumerate(args) if jnp.issubdtype(a.dtype, jnp.floating)))
         assert _lower(grad, *args).count(MOSAIC) == 2, shape
 
 
