@@ -7,7 +7,8 @@ float32 statistics, the parameters).
 
 Targets: Pallas Triton on NVIDIA GPUs (validated and timed on an H200; ``impl="auto"`` takes
 them there, see :func:`native`), Pallas Mosaic on TPUs (lowered for a TPU in the tests,
-untested on hardware), and Pallas interpret mode on CPU (only when asked for with ``impl="pallas"``; ``"auto"`` never picks it).
+untested on hardware), and Pallas interpret mode on CPU (only when asked for with
+``impl="pallas"``; ``"auto"`` never picks it).
 ``add_layer_norm``/``add_rms_norm`` fuse the residual add into the kernels (``addends``).
 
 Transforms: reverse mode (``grad``, ``vjp``) runs the Pallas backward kernels; forward mode

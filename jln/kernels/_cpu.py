@@ -405,9 +405,8 @@ def _xla_fwd_add(spec: Spec, x: Array, residual: Array, *params: Array) -> tuple
 
 def _xla_bwd(spec: Spec, ct: Array, x: Array, *rest: Array) -> tuple[Array, ...]:
     """``_ffi_bwd`` where the kernel is not taken: the XLA body's VJP (the statistics in
-    ``rest`` unread)."""
-    dx, *dp = jax.vjp(functools.partial(_xla, spec), x, *rest[:-2])[1](ct)
-    return (dx, *(d.astype(jnp.float32) for d in dp))
+    ``rest`` unread; the primitive casts the parameters' gradients to the kernel's float32)."""
+    return tuple(jax.vjp(functools.partial(_xla, spec), x, *rest[:-2])[1](ct))
 
 
 def _exportable(name: str, ffi: Any, xla: Any) -> Any:

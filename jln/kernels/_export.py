@@ -49,7 +49,7 @@ def primitive(
 
     p = Primitive(name)
     p.multiple_results = True
-    p.def_impl(lambda *args, **params: kernel(*args, **params))
+    p.def_impl(kernel)
 
     def abstract(*avals: Any, **params: Any) -> tuple[Any, ...]:
         outs = jax.eval_shape(functools.partial(kernel, **params), *avals)
