@@ -137,3 +137,64 @@ def test_one_trace_per_shape():
         f(jnp.ones((4, 8)))
     f(jnp.ones((4, 16)))
     assert traces == [(4, 8), (4, 16)]
+
+
+# Second order through lax.scan: JAX linearizes a scan's body without the kernels' custom_jvp
+# (the forward's known part keeps the kernel call itself), so a Hessian-vector product or a
+# Hessian of scanned layers differentiates the kernel calls directly. Held to the XLA path.
+_SCAN_OPS = {
+    "layer_norm": lambda h, w, impl: jln.layer_norm(h, w, w, impl=impl),
+    "add_rms_norm": lambda h, w, impl: sum(jln.add_rms_norm(h, jnp.tanh(h), w, impl=impl)),
+    "adaptive_layer_norm": lambda h, w, impl: jln.adaptive_layer_norm(
+        h, jnp.concatenate([w, w]) * 0.1, w, w, impl=impl)[0],
+}
+
+
+def _native_missing() -> str | None:
+    from jln.kernels import _cpu
+
+    return "not a CPU backend" if jax.default_backend() != "cpu" else _cpu.available()
+
+
+def _scanned_loss(op: str, impl: str):  # noqa: ANN202
+    def loss(ws, x):  # noqa: ANN001, ANN202
+        h, _ = jax.lax.scan(lambda h, w: (h + jnp.sin(_SCAN_OPS[op](h, w, impl)), None), x, ws)
+        return jnp.sum(h**2)
+
+    return loss
+
+
+@pytest.mark.parametrize("impl", ["native", "pallas"])
+@pytest.mark.parametrize("op", sorted(_SCAN_OPS))
+def test_second_order_through_scan(op, impl):
+    if impl == "native" and _native_missing():
+        pytest.skip(_native_missing())
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((4, 16)), jnp.float32)
+    ws = jnp.linspace(0.8, 1.2, 2 * 16).reshape(2, 16)
+    got, want = _scanned_loss(op, impl), _scanned_loss(op, "xla")
+    for name, f in {
+        "hvp": lambda loss: jax.jvp(lambda w: jax.grad(loss)(w, x), (ws,), (jnp.ones_like(ws),))[1],
+        "hvp wrt x": lambda loss: jax.jvp(lambda x: jax.grad(loss, 1)(ws, x), (x,), (x,))[1],
+        "hessian": lambda loss: jax.hessian(loss)(ws, x),
+    }.items():
+        a, b = f(got), f(want)
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4 * float(jnp.max(jnp.abs(b))), err_msg=name)
+
+
+def test_third_order_through_scan_native():
+    # reverse over reverse over reverse, and forward over that: every kernel primitive met
+    # without its custom_jvp has a rule (the Pallas path's custom_vmap has no reverse mode
+    # under second-order linearization: see the README's Transforms notes)
+    if _native_missing():
+        pytest.skip(_native_missing())
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((4, 16)), jnp.float32)
+    ws = jnp.linspace(0.8, 1.2, 2 * 16).reshape(2, 16)
+    for op in ("layer_norm", "add_rms_norm"):
+        outs = []
+        for impl in ("native", "xla"):
+            loss = _scanned_loss(op, impl)
+            g2 = lambda w, loss=loss: jnp.sum(jax.grad(loss)(w, x) ** 2)  # noqa: E731
+            g3 = lambda w, g2=g2: jnp.sum(jax.grad(g2)(w) ** 2)  # noqa: E731
+            outs.append((jax.grad(g2)(ws), jax.grad(g3)(ws), jax.jacfwd(jax.grad(g2))(ws)))
+        for a, b in zip(outs[0], outs[1], strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3 * float(jnp.max(jnp.abs(b))), err_msg=op)

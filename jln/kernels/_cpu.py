@@ -482,10 +482,12 @@ def _value_needed(spec: Spec) -> tuple[bool, ...]:
 
 
 def _nonzero(tangents: tuple[Any, ...]) -> list[Any]:
-    """The tangents with symbolic zeros (inputs not differentiated) as ``None``."""
+    """The tangents with symbolic zeros (inputs not differentiated: a custom rule's
+    ``SymbolicZero``, a primitive rule's ``ad.Zero``) as ``None``."""
     from jax.custom_derivatives import SymbolicZero
+    from jax.interpreters import ad
 
-    return [None if isinstance(t, SymbolicZero) else t for t in tangents]
+    return [None if isinstance(t, (SymbolicZero, ad.Zero)) else t for t in tangents]
 
 
 def _tangent(spec: Spec, x: Array, params: tuple[Array, ...], tangents: list[Any], m: Array, r: Array) -> Array:
@@ -544,6 +546,21 @@ def _backward_jvp(spec: Spec, primals: tuple[Array, ...], tangents: tuple[Array,
     return out, dout
 
 
+def _bwd_jvp_raw(primals: tuple[Array, ...], tangents: tuple[Any, ...], *, spec: Spec) -> Any:
+    """The backward kernel's primitive met without its ``custom_jvp`` (see
+    :func:`_register_primitive`): :func:`_backward_jvp`'s derivative, in the kernel's dtypes."""
+    from jax.interpreters import ad
+
+    out = _bwd_p.bind(*primals, spec=spec)
+
+    def vjp(ct: Array, x: Array, *params: Array) -> tuple[Array, ...]:
+        return jax.vjp(functools.partial(_xla, spec), x, *params)[1](ct)
+
+    tans = tuple(ad.instantiate_zeros(t) for t in tangents[:-2])
+    _, dout = jax.jvp(vjp, tuple(primals[:-2]), tans)
+    return out, [d.astype(o.dtype) for d, o in zip(dout, out, strict=True)]
+
+
 _NP = 4  # parameters: scale, bias, shift, mscale
 
 
@@ -583,6 +600,15 @@ def _register_primitive() -> None:
     _bwd_p = _exportable(_BWD, _ffi_bwd, _xla_bwd)
     from jax.extend.core import Primitive
     from jax.interpreters import ad, batching, mlir
+
+    # The kernels' primitives carry their custom_jvp's rules too: where JAX partially
+    # evaluates a loop (a scan's linearization), it keeps the forward's known part without
+    # its custom_jvp, so second-order AD through the loop (a Hessian-vector product, grad of
+    # grad) meets the primitives themselves.
+    ad.primitive_jvps[_fwd_p] = lambda primals, tangents, *, spec: _forward_jvp(spec, tuple(primals), tuple(tangents))
+    ad.primitive_jvps[_fwd_add_p] = lambda primals, tangents, *, spec: _forward_add_jvp(
+        spec, tuple(primals), tuple(tangents))
+    ad.primitive_jvps[_bwd_p] = _bwd_jvp_raw
 
     k = _NP + 1
     p = Primitive("jln_cpu_norm_lin")

@@ -606,7 +606,7 @@ def backward_xla(spec: Spec, x: Array, dy: Array, *rest: Array) -> tuple[Array, 
     taken; ``rest``: ``ds`` with a fused add, the statistics (unread), the operands."""
     ds = rest[0] if spec.add is not None else None
     ops = rest[(spec.n_x - 1) + spec.n_stats :]
-    return _backward_ref(spec, x, dy, ds, *ops)
+    return backward_ref(spec, x, dy, ds, *ops)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -623,7 +623,7 @@ def _placeholder(dtype: Any) -> Array:
     return jnp.zeros((), dtype)
 
 
-def _kernels_jvp(spec: Spec, primals: tuple[Array, ...], tangents: tuple[Any, ...]) -> Any:
+def kernels_jvp(spec: Spec, primals: tuple[Array, ...], tangents: tuple[Any, ...]) -> Any:
     from jax.custom_derivatives import SymbolicZero
 
     outs = _kernels(spec, *primals)
@@ -636,7 +636,7 @@ def _kernels_jvp(spec: Spec, primals: tuple[Array, ...], tangents: tuple[Any, ..
     return outs, (*lin, *(jnp.zeros_like(st) for st in outs[nx:]))
 
 
-_kernels.defjvp(_kernels_jvp, symbolic_zeros=True)
+_kernels.defjvp(kernels_jvp, symbolic_zeros=True)
 
 
 def call(spec: Spec, x: Array, *ops: Array) -> Array:
@@ -677,7 +677,7 @@ def _lin_impl(*args: Array, spec: Spec, present: tuple[bool, ...]) -> list[Array
     return [t_y] if spec.add is None else [t_y, t_x]
 
 
-def _backward_ref(spec: Spec, base: Array, ct_y: Array, ct_s: Array | None, *ops: Array) -> tuple[Array, ...]:
+def backward_ref(spec: Spec, base: Array, ct_y: Array, ct_s: Array | None, *ops: Array) -> tuple[Array, ...]:
     """The backward through the XLA body (the reference for derivatives of the backward)."""
     d_base, *d_ops = jax.vjp(functools.partial(_body, spec), base, *ops)[1](ct_y)
     if ct_s is not None:
@@ -700,9 +700,9 @@ def _backward_jvp(spec: Spec, primals: tuple[Any, ...], tangents: tuple[Any, ...
     t_base, t_ct_y, t_ct_s, _, *t_ops = tangents
     out = _backward_diff(spec, *primals)
     if ct_s is None:
-        _, d_out = jax.jvp(lambda b, c, *o: _backward_ref(spec, b, c, None, *o), (base, ct_y, *ops), (t_base, t_ct_y, *t_ops))
+        _, d_out = jax.jvp(lambda b, c, *o: backward_ref(spec, b, c, None, *o), (base, ct_y, *ops), (t_base, t_ct_y, *t_ops))
     else:
-        _, d_out = jax.jvp(functools.partial(_backward_ref, spec), (base, ct_y, ct_s, *ops), (t_base, t_ct_y, t_ct_s, *t_ops))
+        _, d_out = jax.jvp(functools.partial(backward_ref, spec), (base, ct_y, ct_s, *ops), (t_base, t_ct_y, t_ct_s, *t_ops))
     return out, d_out
 
 

@@ -167,6 +167,22 @@ _fwd_cp.def_partition(
 )
 
 
+# Differentiation inside the custom_vmap: the kernels' custom_jvp (jln.kernels._norm) holds
+# these calls, but where JAX partially evaluates a loop (a scan's linearization) it keeps the
+# forward's known part without that custom_jvp, so second-order AD through the loop (a
+# Hessian-vector product, grad of grad) differentiates what is inside: custom_vmap (which
+# partial evaluation keeps whole) and then these, with the same rules, in place of
+# custom_partitioning, which has no differentiation rule.
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _fwd_diff(spec: _norm.Spec, *args: Array) -> tuple[Array, ...]:
+    return tuple(_fwd_cp(spec, _signature(args[0], args[spec.n_x :]), *args))
+
+
+_fwd_diff.defjvp(lambda spec, primals, tangents: _norm.kernels_jvp(spec, primals, tangents), symbolic_zeros=True)
+
+
 def forward(spec: _norm.Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> tuple[Array, ...]:
     """:func:`jln.kernels._norm.forward_nd`, partitioned by rows; ``xs`` is ``(x,)``, or
     ``(x, residual)`` with a fused add."""
@@ -174,10 +190,13 @@ def forward(spec: _norm.Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> 
 
     @custom_vmap
     def fwd(*args: Array) -> tuple[Array, ...]:
-        return tuple(_fwd_cp(spec, _signature(args[0], args[nx:]), *args))
+        return tuple(_fwd_diff(spec, *args))
 
     @fwd.def_vmap
     def fwd_batched(axis_size: int, in_batched: list[bool], *args: Array) -> Any:
+        if not any(in_batched):  # (custom_vmap's JVP asks this: tangents mapped, primals not)
+            out = _fwd_diff(spec, *args)
+            return out, (False,) * len(out)
         # the mapped axis is one more row axis: arrays laid out like x get it (broadcast where
         # unmapped); unmapped operands broadcast over it (size 1)
         xs_ = tuple(a if b else jnp.broadcast_to(a, (axis_size, *a.shape)) for a, b in zip(args[:nx], in_batched[:nx], strict=True))
@@ -253,6 +272,34 @@ _bwd_cp.def_partition(
 )
 
 
+def _bwd_args(spec: _norm.Spec, rest: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+    """``rest`` of a backward call: ``ds`` (None without a fused add) and the operands."""
+    skip = (spec.add is not None) + spec.n_stats
+    return (rest[0] if spec.add is not None else None), tuple(rest[skip:])
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _bwd_diff(spec: _norm.Spec, x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
+    return tuple(_bwd_cp(spec, _signature(x, _bwd_args(spec, rest)[1]), x, dy, *rest))
+
+
+@_bwd_diff.defjvp
+def _bwd_diff_jvp(spec: _norm.Spec, primals: tuple[Array, ...], tangents: tuple[Array, ...]) -> Any:
+    """:func:`jln.kernels._norm._backward_jvp`'s rule (the XLA body's backward), in the
+    kernel's dtypes (broadcast operands' gradients in float32)."""
+    x, dy, *rest = primals
+    t_x, t_dy, *t_rest = tangents
+    out = _bwd_diff(spec, *primals)
+    ds, ops = _bwd_args(spec, tuple(rest))
+    t_ds, t_ops = _bwd_args(spec, tuple(t_rest))
+    if ds is None:
+        _, d_out = jax.jvp(lambda b, c, *o: _norm.backward_ref(spec, b, c, None, *o), (x, dy, *ops), (t_x, t_dy, *t_ops))
+    else:
+        _, d_out = jax.jvp(lambda b, c, d, *o: _norm.backward_ref(spec, b, c, d, *o), (x, dy, ds, *ops),
+                           (t_x, t_dy, t_ds, *t_ops))
+    return out, tuple(d.astype(o.dtype) for d, o in zip(d_out, out, strict=True))
+
+
 def backward(
     spec: _norm.Spec, x: Array, dy: Array, stats: tuple[Array, ...], ops: tuple[Array, ...], ds: Array | None = None
 ) -> tuple[Array, ...]:
@@ -263,11 +310,13 @@ def backward(
 
     @custom_vmap
     def bwd(x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
-        skip = len(extra) + spec.n_stats
-        return tuple(_bwd_cp(spec, _signature(x, rest[skip:]), x, dy, *rest))
+        return tuple(_bwd_diff(spec, x, dy, *rest))
 
     @bwd.def_vmap
     def bwd_batched(axis_size: int, in_batched: list[bool], *args: Array) -> Any:
+        if not any(in_batched):  # (as in forward)
+            out = _bwd_diff(spec, *args)
+            return out, (False,) * len(out)
         # every example needs its own operand gradients: give every argument the mapped axis
         # (an unmapped parameter becomes one group per example)
         args = tuple(a if b else jnp.broadcast_to(a, (axis_size, *a.shape)) for a, b in zip(args, in_batched, strict=True))
