@@ -105,8 +105,8 @@ class ParityResult:
         """One line a user can act on: what, where, the numbers and the bound."""
         r = self.report
         rule = (
-            f"bf16 bit-exact rule: >= {_compare.EXACT_FRACTION:.1%} bit-exact and <= "
-            f"{_compare.EXACT_MAX_ULP} ulp"
+            f"half-precision bit-exact rule: >= {_compare.EXACT_FRACTION:.1%} bit-exact and <= "
+            f"{_compare.EXACT_MAX_ULP.get(r.dtype, 1)} ulp"
             if r.exact_rule
             else f"bound {r.bound:.3g}"
         )
@@ -216,7 +216,8 @@ def check_matches_torch(
       grad: also compare the gradients w.r.t. every floating input (one random cotangent per
         output, the same values on both sides).
       reference: ``"torch"`` or ``"float64"`` (see the module docstring).
-      exact: apply the bfloat16 bit-exact rule to forward outputs (named conventions).
+      exact: apply the half-precision bit-exact rule to forward outputs in bfloat16 and
+        float16 (named conventions).
       rtol, atol: override the dtype defaults of :mod:`jln._compare`.
       grad_atol: a larger absolute floor for gradients only (e.g. the registry's
         ``Op.grad_atol``, the rounding floor of an ill-conditioned backward).
@@ -416,7 +417,14 @@ def _input_sets(
     assert shapes is not None
     names = _check_dtypes(_default_dtypes() if dtypes is None else dtypes, fn)
     keys = list(shapes) if isinstance(shapes, Mapping) else None
-    shape_list = [tuple(s) for s in (shapes.values() if isinstance(shapes, Mapping) else shapes)]
+    shape_list = []
+    for s in shapes.values() if isinstance(shapes, Mapping) else shapes:
+        if not isinstance(s, (tuple, list)) or not all(isinstance(n, int) and n >= 0 for n in s):
+            raise TypeError(
+                f"{fn}: `shapes` must hold one shape (a tuple of sizes) per argument, e.g. "
+                f"shapes=[(4, 16)] for one argument; received {shapes!r}."
+            )
+        shape_list.append(tuple(s))
     out = []
     for d in names:
         rng = np.random.default_rng(seed)
@@ -497,7 +505,8 @@ def assert_matches_torch(
       grad: also compare gradients w.r.t. every floating input with a shared random cotangent.
       reference: ``"torch"`` (compare with torch directly, ``atol + rtol * max|torch|``) or
         ``"float64"`` (jln's 2x-torch-error rule against torch evaluated in float64).
-      exact: forward outputs in bfloat16 must be bit-exact on >= 99.5% of elements, <= 1 ulp.
+      exact: forward outputs in bfloat16 and float16 must be bit-exact on >= 99.5% of
+        elements and at most 1 ulp off (bfloat16) or 2 (float16).
       rtol, atol: override the dtype defaults of the rule.
       seed: seed of the random inputs and cotangents.
       name: label used in messages (default: ``jax_fn``'s name).
@@ -543,7 +552,7 @@ def _jax_module_fn(module: Any, what: str) -> tuple[Callable[..., Any], Callable
 
         def make(dtype: str | None) -> Callable[..., Any]:
             v = variables if dtype is None else cast_tree(variables, dtype)
-            return lambda *a: linen_module.apply(v, *a)
+            return lambda *a, **kw: linen_module.apply(v, *a, **kw)
 
         return make(None), make
     from flax import nnx
@@ -553,7 +562,7 @@ def _jax_module_fn(module: Any, what: str) -> tuple[Callable[..., Any], Callable
 
         def make(dtype: str | None) -> Callable[..., Any]:
             s = state if dtype is None else cast_tree(state, dtype)
-            return lambda *a: nnx.merge(graphdef, s)(*a)
+            return lambda *a, **kw: nnx.merge(graphdef, s)(*a, **kw)
 
         return make(None), make
     raise TypeError(

@@ -421,3 +421,12 @@ def test_gpu_export_check_runs(capsys: pytest.CaptureFixture[str]) -> None:
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1] == "gpu_export: 3 of 3 ok"
     assert all(line.startswith("ok   ") and "y == xla: True" in line for line in lines[:-1]), lines
+
+
+@pytest.mark.parametrize("flag", ["--json", "--md", "--plot"])
+def test_unwritable_output_is_refused_before_the_run(flag: str, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # said at once (exit 2), not after minutes of timing
+    assert cli.main(["--quick", flag, str(tmp_path / "missing" / "r.out")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert cli.main(["--quick", flag, str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err

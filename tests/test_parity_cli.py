@@ -103,6 +103,7 @@ def test_planted_mismatch_exits_1(planted: _registry.Op, dtype: str, tmp_path: A
         (["--shapes", "4xq"], "bad shape"),
         (["--shapes", "4x8:3"], "k must be"),
         (["--impl", "fast"], "invalid choice"),
+        (["--json", "/no/such/dir/r.json"], "does not exist"),  # said before the sweep runs
     ],
 )
 def test_usage_errors_exit_2(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -176,3 +177,16 @@ def test_impl_checks_one_path(impl: str, tmp_path: Any, capsys: pytest.CaptureFi
     assert data["summary"]["failed"] == 0 and data["summary"]["passed"] > 0
     if impl == "pallas":
         assert "impl='pallas' is not available here" in out and data["summary"]["skipped"] > 0
+
+
+def test_a_module_that_fails_to_convert_fails(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # a converter that breaks (a torch upgrade renaming an attribute, say) is a failure, not a skip
+    interop = pytest.importorskip("jln.interop")
+
+    def broken(module: Any, api: str = "linen") -> Any:
+        raise AttributeError("'LayerNorm' object has no attribute 'normalized_shape'")
+
+    monkeypatch.setattr(interop, "from_torch", broken)
+    code, out, _ = run(capsys, "--ops", "module:nn.LayerNorm[linen]", "--dtypes", "f32", "--no-progress")
+    assert code == 1
+    assert "FAIL" in out and "AttributeError" in out and "0 passed, 1 failed, 0 skipped" in out

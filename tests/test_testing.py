@@ -99,7 +99,7 @@ def test_convention_swap_is_caught_in_bf16() -> None:
             lambda x, w: jln.rms_norm(x, w, convention="torch", eps=1e-6), _llama_fn(m),
             inputs=[x, m.weight.detach().numpy()], dtypes=("bfloat16",), exact=True, grad=False,
         )
-    assert "bf16 bit-exact rule" in str(info.value)
+    assert "half-precision bit-exact rule" in str(info.value)
 
 
 def test_one_ulp_off_is_caught_by_the_exact_rule() -> None:
@@ -152,6 +152,8 @@ def test_argument_errors() -> None:
         check_matches_torch(jnp.sin, torch.sin, [np.zeros(3, np.float32)], reference="exact")
     with pytest.raises(TypeError, match="floating"):
         assert_matches_torch(jnp.sin, torch.sin, shapes=[(3,)], dtypes=("int32",))
+    with pytest.raises(TypeError, match=r"one shape \(a tuple of sizes\) per argument.*\[16\]"):
+        assert_matches_torch(jnp.sin, torch.sin, shapes=[16])
 
 
 def test_atol_override_loosens_the_bound() -> None:
@@ -193,3 +195,47 @@ def test_module_conversion_is_automatic_when_interop_exists() -> None:
 def test_bad_module_argument() -> None:
     with pytest.raises(TypeError, match="linen_module, variables"):
         assert_module_matches_torch(torch.nn.LayerNorm(4), object(), shapes=[(2, 4)])
+
+
+def test_module_inputs_by_keyword_with_a_padding_mask() -> None:
+    pytest.importorskip("jln.interop")
+    tm = torch.nn.TransformerEncoderLayer(16, 4, 32, batch_first=True, dropout=0.0)
+    x = np.random.default_rng(0).standard_normal((2, 5, 16)).astype(np.float32)
+    mask = np.zeros((2, 5), bool)
+    mask[0, 3:] = True
+    res = assert_module_matches_torch(tm, inputs={"src": x, "src_key_padding_mask": mask})
+    assert {r.output for r in res} == {"out", "d src"}
+    from jln.interop import from_torch
+
+    res = assert_module_matches_torch(tm, from_torch(tm, api="nnx"), inputs={"src": x, "src_key_padding_mask": mask})
+    assert all(r.passed for r in res)
+    # the mask reaches both sides: a different mask on the jln side is caught
+    lin, v = from_torch(tm)
+    with pytest.raises(ParityError):
+        assert_module_matches_torch(
+            tm, (_Unmasked(lin), v), inputs={"src": x, "src_key_padding_mask": mask}, grad=False)
+
+
+class _Unmasked:
+    """A linen module stand-in that drops the padding mask (a port that forgot it)."""
+
+    def __init__(self, m) -> None:  # noqa: ANN001
+        self.m = m
+
+    def apply(self, v, src, src_key_padding_mask=None):  # noqa: ANN001, ANN201
+        return self.m.apply(v, src)
+
+
+def test_nan_and_infinities_must_match_in_kind_and_sign() -> None:
+    from jln import _compare
+
+    nan_inf = np.array([np.nan, 1.0], np.float32), np.array([np.inf, 1.0], np.float32)
+    assert not _compare.compare(*nan_inf).passed
+    assert not _compare.compare(np.array([-np.inf, 1], np.float32), np.array([np.inf, 1], np.float32)).passed
+    assert not _compare.compare(np.array([np.inf, 1], np.float32), np.array([3e38, 1], np.float32)).passed
+    both = np.array([np.nan, -np.inf, np.inf, 2.0], np.float32)
+    assert _compare.compare(both, both.copy()).passed
+    with pytest.raises(ParityError):
+        assert_matches_torch(lambda a: a * jnp.array([jnp.nan, 1, 1, 1]),
+                             lambda a: a * torch.tensor([float("inf"), 1, 1, 1]),
+                             inputs=[np.ones(4, np.float32)], grad=False)

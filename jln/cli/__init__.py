@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 _SUBCOMMANDS = {
@@ -10,6 +11,21 @@ _SUBCOMMANDS = {
     "bench": ("jln.cli.bench", "jit-benchmark jln's norms against the alternatives and the copy floor"),
     "build": ("jln.cli.build", "compile jln's native CPU kernels now, so no later process waits for them"),
 }
+
+
+def output_path_problem(path: str | None, flag: str) -> str | None:
+    """Why ``path`` (given to ``flag``) cannot be written, checked before a long run rather than
+    after it; None when it can be (or when no path was given)."""
+    if not path:
+        return None
+    parent = os.path.dirname(os.path.abspath(path)) or "."
+    if os.path.isdir(path):
+        return f"{flag} {path!r} is a directory; give a file name."
+    if not os.path.isdir(parent):
+        return f"{flag} {path!r}: the directory {parent!r} does not exist; create it first."
+    if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return f"{flag} {path!r} is not writable here; choose another path."
+    return None
 
 
 def _usage() -> str:

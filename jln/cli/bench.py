@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jln import _bench, _bench_impls
+from jln.cli import output_path_problem
 
 #: ``--quick``: a CPU-friendly subset (well under 2 minutes on 2 cores).
 QUICK = dict(
@@ -175,6 +176,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except SystemExit as e:  # --help
         return int(e.code or 0)
+    for path, flag in ((args.json, "--json"), (args.md, "--md"), (args.plot, "--plot")):
+        problem = output_path_problem(path, flag)
+        if problem:
+            print(f"jln bench: error: {problem}", file=sys.stderr)
+            return 2
     if args.from_json:
         try:
             with open(args.from_json) as f:
