@@ -27,6 +27,13 @@ def rows_and_width(shape: Sequence[int], n_axes: int) -> tuple[int, int]:
 
 def check_floating(x: Any, fn: str, name: str = "x") -> None:
     """Raise ``TypeError`` unless ``x`` is an array with a floating dtype."""
+    if type(x).__module__.split(".")[0] == "torch":
+        raise TypeError(
+            f"{fn}: `{name}` is a torch.Tensor (dtype {getattr(x, 'dtype', '?')}, shape "
+            f"{tuple(getattr(x, 'shape', ()))}); jln takes JAX or NumPy arrays. Convert it with "
+            f"jnp.asarray({name}.detach().cpu().numpy()) (bfloat16: through float32, or "
+            f"jax.dlpack.from_dlpack({name})); jln.interop.from_torch converts whole modules."
+        )
     dtype = getattr(x, "dtype", None)
     if dtype is None or not hasattr(x, "shape"):
         raise TypeError(
@@ -49,6 +56,11 @@ def normalize_axes(axis: Axis, ndim: int, fn: str) -> tuple[int, ...]:
         ValueError: an axis is out of range for ``ndim``, repeated, or the tuple is empty.
     """
     raw: tuple[Any, ...] = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    if ndim == 0:
+        raise ValueError(
+            f"{fn}: the input is a scalar (rank 0), and a norm needs at least one axis to "
+            f"normalize over; received axis={axis!r}. Give it a feature axis, e.g. x[None]."
+        )
     if not raw:
         raise ValueError(
             f"{fn}: `axis` must name at least one axis to normalize over; received an empty "
@@ -91,9 +103,15 @@ def check_param(p: Any, name: str, x_shape: Sequence[int], axes: tuple[int, ...]
         hint = ""
         if len(axes) == 1 and math.prod(p.shape) == expected[0]:
             hint = f" Reshape it with {name}.reshape({expected})."
-        elif len(p.shape) < len(x_shape) and tuple(x_shape[-len(p.shape) :]) == tuple(p.shape):
+        elif 0 < len(p.shape) < len(expected) and tuple(expected[-len(p.shape) :]) == tuple(p.shape):
+            # a per-feature parameter over fewer axes than are normalized (flax's feature_axes)
             hint = (
-                f" It matches the trailing {len(p.shape)} axes of x: pass "
+                f" jln's parameters span every normalized axis; to keep normalizing over {axes} "
+                f"with this parameter, broadcast it: jnp.broadcast_to({name}, {expected})."
+            )
+        elif len(axes) < len(p.shape) < len(x_shape) and tuple(x_shape[-len(p.shape) :]) == tuple(p.shape):
+            hint = (
+                f" It matches the trailing {len(p.shape)} axes of x: to normalize over those, pass "
                 f"axis={tuple(range(-len(p.shape), 0))}."
             )
         raise ValueError(
@@ -104,10 +122,16 @@ def check_param(p: Any, name: str, x_shape: Sequence[int], axes: tuple[int, ...]
 
 def check_eps(eps: Any, fn: str) -> float:
     """Raise ``ValueError`` unless ``eps`` is a finite, non-negative Python number."""
+    bad = isinstance(eps, (str, bytes, bool)) or (hasattr(eps, "shape") and tuple(eps.shape) != ())
     try:
         value = float(eps)
     except (TypeError, ValueError):
-        raise TypeError(f"{fn}: `eps` must be a Python float; received {eps!r}.") from None
+        bad = True
+    if bad:
+        raise TypeError(
+            f"{fn}: `eps` must be a Python float (a concrete number, not a traced value); "
+            f"received {eps!r}."
+        ) from None
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{fn}: `eps` must be finite and >= 0; received eps={eps!r}.")
     return value

@@ -228,6 +228,21 @@ def test_non_floating_input_is_a_type_error():
         jln.layer_norm(jnp.ones((2, 4)), jnp.ones((4,), jnp.int32))
 
 
+def test_torch_tensors_scalars_and_string_eps_are_refused_clearly():
+    with pytest.raises(TypeError, match=r"`x` is a torch.Tensor.*jnp.asarray\(x.detach\(\).cpu\(\).numpy\(\)\)"):
+        jln.layer_norm(torch.ones(2, 8))
+    with pytest.raises(TypeError, match="`scale` is a torch.Tensor"):
+        jln.rms_norm(jnp.ones((2, 8)), torch.ones(8))
+    with pytest.raises(ValueError, match=r"scalar \(rank 0\).*x\[None\]"):
+        jln.layer_norm(jnp.float32(1.0))
+    for eps in ("0.5", True, jnp.ones(2)):
+        with pytest.raises(TypeError, match="`eps` must be a Python float"):
+            jln.layer_norm(jnp.ones((2, 3)), eps=eps)
+    with pytest.raises(TypeError, match="not a traced value"):
+        jax.jit(lambda e: jln.layer_norm(jnp.ones((2, 3)), eps=e))(1e-5)
+    assert jln.layer_norm(jnp.ones((2, 3)), eps=np.float32(1e-5)).shape == (2, 3)  # a NumPy scalar is a number
+
+
 def test_param_shape_mismatch_is_a_value_error():
     x = jnp.ones((4, 2, 3))
     with pytest.raises(ValueError, match=r"\(3,\); received scale.shape=\(2,\)"):
@@ -236,6 +251,10 @@ def test_param_shape_mismatch_is_a_value_error():
         jln.layer_norm(x, jnp.ones((2, 3)))
     with pytest.raises(ValueError, match="bias"):
         jln.rms_norm(x, jnp.ones((3,)), bias=jnp.ones((3,)), convention="llama")
+    # a per-feature scale with two normalized axes: broadcast it (never "normalize over fewer")
+    with pytest.raises(ValueError, match=r"broadcast it: jnp.broadcast_to\(scale, \(2, 3\)\)") as info:
+        jln.layer_norm(x, jnp.ones((3,)), axis=(-2, -1))
+    assert "pass axis" not in str(info.value)
 
 
 @pytest.mark.parametrize("axis,match", [(3, "out of range"), (-4, "out of range"), ((1, -2), "repeats"), ((), "at least one axis")])
