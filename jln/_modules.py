@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jln import _checks, _dispatch, _monitor, _stats
 from jln._adaptive import adaptive_layer_norm, modulate, resolve_order, split_condition
@@ -65,21 +67,46 @@ def dense_specs(n_in: int, n_out: int, *, use_bias: bool = True, zero: bool = Fa
     return specs
 
 
-def feature_shape(num_features: int | tuple[int, ...], fn: str) -> tuple[int, ...]:
-    """``num_features`` as a shape tuple (an int means one normalized axis)."""
-    shape = (num_features,) if isinstance(num_features, int) else tuple(num_features)
-    if not shape or not all(isinstance(n, int) and n > 0 for n in shape):
+def _positive_int(value: Any) -> int | None:
+    """``value`` as a Python int if it is a positive integer of any kind (``int``, a NumPy
+    integer: anything ``operator.index`` takes, but not a bool), else None."""
+    if isinstance(value, bool) or isinstance(getattr(value, "dtype", None), np.dtype) and value.dtype == bool:
+        return None
+    try:
+        v = operator.index(value)
+    except TypeError:
+        return None
+    return v if v > 0 else None
+
+
+def feature_shape(num_features: Any, fn: str) -> tuple[int, ...]:
+    """``num_features`` as a shape tuple of Python ints (an integer means one normalized axis)."""
+    one = _positive_int(num_features)
+    try:
+        sizes = (one,) if one is not None else tuple(_positive_int(n) for n in num_features)
+    except TypeError:
+        sizes = ()
+    if not sizes or any(n is None for n in sizes):
         raise ValueError(
             f"{fn}: `num_features` must be a positive int or a tuple of positive ints (the "
             f"shape of x at the normalized axes); received {num_features!r}."
         )
-    return shape
+    return tuple(int(n) for n in sizes if n is not None)
 
 
 def check_positive(value: Any, name: str, fn: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+    """``value`` as a Python int; ``ValueError`` unless it is a positive integer (NumPy's too)."""
+    v = _positive_int(value)
+    if v is None:
         raise ValueError(f"{fn}: `{name}` must be a positive int; received {value!r}.")
-    return value
+    return v
+
+
+def set_positive(cfg: Any, names: tuple[str, ...], fn: str) -> None:
+    """Check each named field of a frozen config with :func:`check_positive` and store the
+    Python int."""
+    for name in names:
+        object.__setattr__(cfg, name, check_positive(getattr(cfg, name), name, fn))
 
 
 # --------------------------------------------------------------------------- helpers
@@ -146,7 +173,15 @@ def _param(features: tuple[int, ...], init: Any, default: Callable[..., Array]) 
     return ParamSpec(features, default if init is None else init)
 
 
+def _frozen(v: Any) -> Any:
+    """Lists as tuples, all the way down (a config is hashable: an nnx GraphDef holds it)."""
+    return tuple(_frozen(e) for e in v) if isinstance(v, (list, tuple)) else v
+
+
 def _check_common(cfg: Any, fn: str) -> None:
+    for name in ("axis", "axis_index_groups", "order"):
+        if isinstance(getattr(cfg, name, None), list):
+            object.__setattr__(cfg, name, _frozen(getattr(cfg, name)))
     _checks.check_choice(cfg.impl, "impl", _dispatch.IMPLS, fn)
     if cfg.dtype is not None:
         dt = jnp.dtype(cfg.dtype)
@@ -505,9 +540,7 @@ class EncoderLayerConfig:
 
     def __post_init__(self) -> None:
         fn = "jln TransformerEncoderLayer"
-        check_positive(self.d_model, "d_model", fn)
-        check_positive(self.nhead, "nhead", fn)
-        check_positive(self.dim_feedforward, "dim_feedforward", fn)
+        set_positive(self, ("d_model", "nhead", "dim_feedforward"), fn)
         if self.d_model % self.nhead:
             raise ValueError(
                 f"{fn}: `d_model` must be divisible by `nhead`; received d_model={self.d_model}, "
@@ -609,15 +642,20 @@ class DiTBlockConfig:
 
     def __post_init__(self) -> None:
         fn = "jln DiTBlock"
-        check_positive(self.hidden_size, "hidden_size", fn)
-        check_positive(self.num_heads, "num_heads", fn)
+        set_positive(self, ("hidden_size", "num_heads"), fn)
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"{fn}: `hidden_size` must be divisible by `num_heads`; received "
                 f"hidden_size={self.hidden_size}, num_heads={self.num_heads}."
             )
+        if isinstance(self.mlp_ratio, bool) or not isinstance(self.mlp_ratio, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{fn}: `mlp_ratio` must be a number; received {self.mlp_ratio!r}.")
         if self.mlp_hidden <= 0:
-            raise ValueError(f"{fn}: `mlp_ratio` must be positive; received {self.mlp_ratio!r}.")
+            raise ValueError(
+                f"{fn}: the MLP's hidden size int(hidden_size * mlp_ratio) must be at least 1; "
+                f"received hidden_size={self.hidden_size}, mlp_ratio={self.mlp_ratio!r}, which give "
+                f"{self.mlp_hidden}. Use a larger mlp_ratio (DiT uses 4.0)."
+            )
         _check_common(self, fn)
 
     @property

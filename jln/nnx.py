@@ -58,11 +58,21 @@ def _create(module: nnx.Module, specs: Mapping[str, Any], param_dtype: Any, rngs
             setattr(module, name, _Group(spec, param_dtype, rngs, fn))
 
 
-def _values(module: nnx.Module, specs: Mapping[str, Any]) -> dict[str, Any]:
+Layout = tuple[tuple[str, Any], ...]
+
+
+def _layout(specs: Mapping[str, Any]) -> Layout:
+    """The parameter tree's names as nested tuples (``None`` marks a parameter): what a module
+    keeps of its specs, static and hashable, so an ``nnx.GraphDef`` holding it hashes (and can
+    be a static argument of ``jax.jit``) as flax's own modules' do."""
+    return tuple((name, None if isinstance(spec, M.ParamSpec) else _layout(spec)) for name, spec in specs.items())
+
+
+def _values(module: nnx.Module, layout: Layout) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name, spec in specs.items():
+    for name, sub in layout:
         node = getattr(module, name)
-        out[name] = node[...] if isinstance(spec, M.ParamSpec) else _values(node, spec)
+        out[name] = node[...] if sub is None else _values(node, sub)
     return out
 
 
@@ -121,11 +131,12 @@ class LayerNorm(nnx.Module):
             axis_name=axis_name, axis_index_groups=axis_index_groups, scale_init=scale_init, bias_init=bias_init,
         )
         self.num_features = M.feature_shape(num_features, fn)
-        self._specs = M.layer_norm_specs(self.cfg, self.num_features)
-        _create(self, self._specs, param_dtype, rngs, fn)
+        specs = M.layer_norm_specs(self.cfg, self.num_features)
+        self._layout = _layout(specs)
+        _create(self, specs, param_dtype, rngs, fn)
 
     def __call__(self, x: Array) -> Array:
-        y, stats = M.apply_layer_norm(_values(self, self._specs), x, self.cfg)
+        y, stats = M.apply_layer_norm(_values(self, self._layout), x, self.cfg)
         _sow(self, stats)
         return y
 
@@ -180,11 +191,12 @@ class RMSNorm(nnx.Module):
             scale_init=scale_init, bias_init=bias_init,
         )
         self.num_features = M.feature_shape(num_features, fn)
-        self._specs = M.rms_norm_specs(self.cfg, self.num_features)
-        _create(self, self._specs, param_dtype, rngs, fn)
+        specs = M.rms_norm_specs(self.cfg, self.num_features)
+        self._layout = _layout(specs)
+        _create(self, specs, param_dtype, rngs, fn)
 
     def __call__(self, x: Array) -> Array:
-        y, stats = M.apply_rms_norm(_values(self, self._specs), x, self.cfg)
+        y, stats = M.apply_rms_norm(_values(self, self._layout), x, self.cfg)
         _sow(self, stats)
         return y
 
@@ -240,13 +252,14 @@ class AdaptiveLayerNorm(nnx.Module):
             eps=eps, order=order, use_scale=use_scale, use_bias=use_bias, dtype=dtype, impl=impl, monitor=monitor,
             axis_name=axis_name, axis_index_groups=axis_index_groups, scale_init=scale_init, bias_init=bias_init,
         )
-        self._specs = M.adaptive_layer_norm_specs(
+        specs = M.adaptive_layer_norm_specs(
             self.cfg, M.check_positive(cond_features, "cond_features", fn), M.check_positive(features, "features", fn)
         )
-        _create(self, self._specs, param_dtype, rngs, fn)
+        self._layout = _layout(specs)
+        _create(self, specs, param_dtype, rngs, fn)
 
     def __call__(self, x: Array, cond: Array) -> Array:
-        y, stats = M.apply_adaptive_layer_norm(_values(self, self._specs), x, cond, self.cfg)
+        y, stats = M.apply_adaptive_layer_norm(_values(self, self._layout), x, cond, self.cfg)
         _sow(self, stats)
         return y
 
@@ -298,13 +311,14 @@ class AdaLNZero(nnx.Module):
             num_chunks=num_chunks, eps=eps, use_bias=use_bias, dtype=dtype, impl=impl, monitor=monitor,
             axis_name=axis_name, axis_index_groups=axis_index_groups,
         )
-        self._specs = M.ada_ln_zero_specs(
+        specs = M.ada_ln_zero_specs(
             self.cfg, M.check_positive(cond_features, "cond_features", fn), M.check_positive(features, "features", fn)
         )
-        _create(self, self._specs, param_dtype, rngs, fn)
+        self._layout = _layout(specs)
+        _create(self, specs, param_dtype, rngs, fn)
 
     def __call__(self, x: Array, emb: Array) -> tuple[Array, ...]:
-        out, stats = M.apply_ada_ln_zero(_values(self, self._specs), x, emb, self.cfg)
+        out, stats = M.apply_ada_ln_zero(_values(self, self._layout), x, emb, self.cfg)
         _sow(self, stats)
         return out
 
@@ -359,13 +373,14 @@ class AdaLNContinuous(nnx.Module):
             dtype=dtype, impl=impl, monitor=monitor, axis_name=axis_name, axis_index_groups=axis_index_groups,
             scale_init=scale_init, bias_init=bias_init,
         )
-        self._specs = M.ada_ln_continuous_specs(
+        specs = M.ada_ln_continuous_specs(
             self.cfg, M.check_positive(cond_features, "cond_features", fn), M.check_positive(features, "features", fn)
         )
-        _create(self, self._specs, param_dtype, rngs, fn)
+        self._layout = _layout(specs)
+        _create(self, specs, param_dtype, rngs, fn)
 
     def __call__(self, x: Array, cond: Array) -> Array:
-        y, stats = M.apply_ada_ln_continuous(_values(self, self._specs), x, cond, self.cfg)
+        y, stats = M.apply_ada_ln_continuous(_values(self, self._layout), x, cond, self.cfg)
         _sow(self, stats)
         return y
 
@@ -426,8 +441,9 @@ class TransformerEncoderLayer(nnx.Module):
             activation=activation, layer_norm_eps=layer_norm_eps, batch_first=batch_first,
             norm_first=norm_first, bias=bias, dtype=dtype, impl=impl, monitor=monitor,
         )
-        self._specs = M.encoder_layer_specs(self.cfg)
-        _create(self, self._specs, param_dtype, rngs, fn)
+        specs = M.encoder_layer_specs(self.cfg)
+        self._layout = _layout(specs)
+        _create(self, specs, param_dtype, rngs, fn)
         if rngs is None:
             raise TypeError(f"{fn}: pass rngs=nnx.Rngs(0) (parameter init and the dropout stream).")
         self.dropout_layer = nnx.Dropout(dropout, rngs=rngs)
@@ -435,7 +451,7 @@ class TransformerEncoderLayer(nnx.Module):
     def __call__(self, src: Array, *, src_key_padding_mask: Array | None = None) -> Array:
         drop = None if self.dropout_layer.deterministic or self.cfg.dropout == 0 else self.dropout_layer
         y, stats = M.apply_encoder_layer(
-            _values(self, self._specs), src, self.cfg, src_key_padding_mask=src_key_padding_mask, dropout_fn=drop
+            _values(self, self._layout), src, self.cfg, src_key_padding_mask=src_key_padding_mask, dropout_fn=drop
         )
         _sow(self, stats)
         return y
@@ -484,10 +500,11 @@ class DiTBlock(nnx.Module):
         self.cfg = M.DiTBlockConfig(
             hidden_size=hidden_size, num_heads=num_heads, mlp_ratio=mlp_ratio, dtype=dtype, impl=impl, monitor=monitor
         )
-        self._specs = M.dit_block_specs(self.cfg)
-        _create(self, self._specs, param_dtype, rngs, fn)
+        specs = M.dit_block_specs(self.cfg)
+        self._layout = _layout(specs)
+        _create(self, specs, param_dtype, rngs, fn)
 
     def __call__(self, x: Array, c: Array) -> Array:
-        y, stats = M.apply_dit_block(_values(self, self._specs), x, c, self.cfg)
+        y, stats = M.apply_dit_block(_values(self, self._layout), x, c, self.cfg)
         _sow(self, stats)
         return y

@@ -978,3 +978,43 @@ def test_linen_and_nnx_take_the_same_options(name):
     assert [f.name for f in fields] == [p.name for p in params]
     for f, p in zip(fields, params, strict=True):
         assert f.default is dataclasses.MISSING or f.default == p.default, (f.name, f.default, p.default)
+
+
+@pytest.mark.parametrize("name", MODULE_PAIRS)
+def test_nnx_graphdef_is_a_static_jit_argument(name):
+    # the functional NNX pattern: split once, pass the GraphDef as a static argument of
+    # jax.jit (it must hash, as flax's own modules' do) and the state as an array argument
+    _, nm, inputs = module_pairs()[name]
+    if isinstance(nm, N.TransformerEncoderLayer):
+        nm.eval()
+    gdef, state = nnx.split(nm)
+    assert hash(gdef) == hash(nnx.split(nm)[0])
+    run = jax.jit(lambda g, s, *a: nnx.merge(g, s)(*a), static_argnums=0)
+    tree_close(run(gdef, state, *inputs), nm(*inputs), dict(rtol=0, atol=0))
+    # list-valued options (axis_index_groups, axis) are kept as tuples, hashable too
+    hash(nnx.split(N.LayerNorm(8, axis=[-1], axis_name="m", axis_index_groups=[[0, 1]]))[0])
+
+
+def test_sizes_take_numpy_integers():
+    # sizes computed with NumPy (np.prod of a shape, a config file) work in both APIs
+    d, c = np.int64(8), np.int32(6)
+    x = jnp.ones((2, 5, 8), jnp.float32)
+    assert N.LayerNorm(d).num_features == (8,) and N.RMSNorm((d,)).num_features == (8,)
+    assert N.AdaptiveLayerNorm(c, d, rngs=nnx.Rngs(0))(x, jnp.ones((2, 6))).shape == x.shape
+    assert N.TransformerEncoderLayer(d, np.int64(2), np.int64(16), rngs=nnx.Rngs(0)).cfg.d_model == 8
+    assert N.DiTBlock(d, np.int64(2), rngs=nnx.Rngs(0))(x, jnp.ones((2, 8))).shape == x.shape
+    m = L.TransformerEncoderLayer(d_model=d, nhead=np.int64(2), dim_feedforward=np.int64(16))
+    assert m.apply(m.init(jax.random.key(0), x), x).shape == x.shape
+    # a float is still refused, saying what was received
+    with pytest.raises(ValueError, match=r"num_features.*8\.0"):
+        N.LayerNorm(8.0)
+    with pytest.raises(ValueError, match=r"d_model.*8\.0"):
+        N.TransformerEncoderLayer(8.0, 2)
+
+
+def test_dit_block_mlp_size_error_names_the_hidden_size():
+    with pytest.raises(ValueError, match=r"int\(hidden_size \* mlp_ratio\).*hidden_size=8, mlp_ratio=0\.01.*give 0"):
+        N.DiTBlock(8, 2, mlp_ratio=0.01)
+    with pytest.raises(ValueError, match="give 0"):
+        L.DiTBlock(hidden_size=8, num_heads=2, mlp_ratio=0.01).init(
+            jax.random.key(0), jnp.ones((1, 2, 8)), jnp.ones((1, 8)))
