@@ -359,6 +359,34 @@ def test_to_torch_state_dict_errors() -> None:
         to_torch_state_dict({"params": {}}, from_torch(_diffusers("AdaLayerNormZero")(D))[0])
 
 
+def test_to_torch_state_dict_names_every_wrong_parameter() -> None:
+    # nothing is dropped or passed through silently: torch-style names, wrong shapes and extra
+    # entries are each named
+    lin, variables = from_torch(torch.nn.LayerNorm(8))
+    with pytest.raises(ValueError, match=r"missing 'scale'.*unexpected 'weight'"):
+        to_torch_state_dict({"params": {"weight": jnp.ones(8), "bias": jnp.zeros(8)}}, lin)
+    with pytest.raises(ValueError, match=r"'bias' has shape \(8,\), expected \(5,\)"):
+        to_torch_state_dict({"params": {"scale": jnp.ones(5), "bias": jnp.zeros(8)}}, lin)
+    with pytest.raises(ValueError, match=r"unexpected 'extra'"):
+        to_torch_state_dict({"params": {**variables["params"], "extra": jnp.ones(3)}}, lin)
+    with pytest.raises(ValueError, match="normalizes over 1 axis"):
+        to_torch_state_dict({"params": {"scale": jnp.ones((2, 4)), "bias": jnp.ones((2, 4))}}, lin)
+    blk, bv = from_torch(torch.nn.TransformerEncoderLayer(16, 4, 32))
+    bad = jax.tree.map(lambda a: a, bv)
+    bad["params"]["self_attn"]["key"]["kernel"] = jnp.ones((16, 8))
+    del bad["params"]["self_attn"]["key"]["bias"]
+    with pytest.raises(ValueError) as info:
+        to_torch_state_dict(bad, blk)
+    msg = str(info.value)
+    assert "'self_attn/key/kernel' has shape (16, 8), expected (16, 16)" in msg
+    assert "missing 'self_attn/key/bias' (shape (16,))" in msg
+    dense, dv = from_torch(torch.nn.Linear(4, 3))
+    with pytest.raises(ValueError, match=r"'bias' has shape \(4,\), expected \(3,\)"):
+        to_torch_state_dict({"params": {"kernel": jnp.ones((4, 3)), "bias": jnp.ones(4)}}, dense)
+    # the right trees still convert (linen and nnx)
+    assert sorted(to_torch_state_dict(bv, blk)) == sorted(torch.nn.TransformerEncoderLayer(16, 4, 32).state_dict())
+
+
 def test_float64_weights_need_x64() -> None:
     if jax.dtypes.canonicalize_dtype(jnp.float64) == jnp.float64:
         pytest.skip("this process runs with jax_enable_x64")

@@ -173,6 +173,79 @@ def _layout_of(module: Any, fn: str) -> Any:
     )
 
 
+def _spec_shapes(specs: Mapping[str, Any], prefix: str = "") -> dict[str, tuple[int, ...]]:
+    from jln import _modules
+
+    out: dict[str, tuple[int, ...]] = {}
+    for name, spec in specs.items():
+        if isinstance(spec, _modules.ParamSpec):
+            out[prefix + name] = tuple(spec.shape)
+        else:
+            out.update(_spec_shapes(spec, f"{prefix}{name}/"))
+    return out
+
+
+def _expected_shapes(module: Any, layout: Any, flat: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """The parameter tree (flat path -> shape) the linen ``module`` declares, from the same
+    specs its ``__call__`` creates (:mod:`jln._modules`). Sizes a linen module infers from its
+    inputs are read off the given tree: the norm's feature shape off ``scale``/``bias``, a
+    Dense's input size off its kernel."""
+    from jln import _modules as M
+    from jln import linen as jl
+
+    def size(path: str, axis: int, default: int = 1) -> int:
+        a = flat.get(path)
+        return int(a.shape[axis]) if a is not None and len(a.shape) > axis else default
+
+    cls = layout.jln_class
+    if cls == "Dense":
+        specs: dict[str, Any] = {"kernel": M.ParamSpec((size("kernel", 0), int(module.features)), M.zeros)}
+        if module.use_bias:
+            specs["bias"] = M.ParamSpec((int(module.features),), M.zeros)
+        return _spec_shapes(specs)
+    if cls in ("LayerNorm", "RMSNorm"):
+        cfg_cls = M.LayerNormConfig if cls == "LayerNorm" else M.RMSNormConfig
+        cfg = jl._cfg(module, cfg_cls)
+        n_axes = 1 if isinstance(cfg.axis, int) else len(cfg.axis)
+        given = next((tuple(flat[k].shape) for k in ("scale", "bias") if k in flat), None)
+        if given is not None and len(given) != n_axes:
+            raise ValueError(
+                f"jln.interop.to_torch_state_dict: the module normalizes over {n_axes} axis(es) "
+                f"(axis={cfg.axis!r}), so its parameters have {n_axes} dimension(s); received "
+                f"shape {given}."
+            )
+        features = given if given is not None else (1,) * n_axes
+        return _spec_shapes((M.layer_norm_specs if cls == "LayerNorm" else M.rms_norm_specs)(cfg, features))
+    if cls == "AdaLNZero":
+        cfg = jl._cfg(module, M.AdaLNZeroConfig)
+        return _spec_shapes(M.ada_ln_zero_specs(cfg, size("linear/kernel", 0), int(module.features)))
+    if cls == "AdaLNContinuous":
+        cfg = jl._cfg(module, M.AdaLNContinuousConfig)
+        return _spec_shapes(M.ada_ln_continuous_specs(cfg, size("linear/kernel", 0), int(module.features)))
+    cfg = jl._cfg(module, M.EncoderLayerConfig)
+    return _spec_shapes(M.encoder_layer_specs(cfg))
+
+
+def _check_tree(module: Any, layout: Any, params: Mapping[str, Any], fn: str) -> None:
+    """``ValueError`` naming every missing, unexpected and wrongly shaped parameter."""
+    flat = _flat(params)
+    want = _expected_shapes(module, layout, flat)
+    have = {k: tuple(getattr(v, "shape", ())) for k, v in flat.items()}
+    problems = [f"missing {k!r} (shape {want[k]})" for k in want if k not in have]
+    problems += [f"unexpected {k!r} (shape {have[k]})" for k in have if k not in want]
+    problems += [
+        f"{k!r} has shape {have[k]}, expected {want[k]}"
+        for k in want if k in have and have[k] != want[k]
+    ]
+    if problems:
+        raise ValueError(
+            f"{fn}: the parameters do not match {type(module).__name__}'s parameters: "
+            + "; ".join(problems)
+            + f". Pass the variables this module's init (or jln.interop.from_torch) returned; "
+            f"received the tree {sorted(have.items())}."
+        )
+
+
 def to_torch_state_dict(variables: Any, module: Any = None) -> dict[str, Any]:
     """The torch ``state_dict`` of jln parameters: the inverse of :func:`from_torch`.
 
@@ -197,7 +270,8 @@ def to_torch_state_dict(variables: Any, module: Any = None) -> dict[str, Any]:
     Raises:
       TypeError: the module is not a jln module with a torch layout, or linen variables were
         given without their module.
-      ValueError: the parameter tree does not have the module's parameters.
+      ValueError: the parameter tree does not have the linen module's parameters (the message
+        names each missing, unexpected and wrongly shaped one).
       ImportError: torch is not installed.
 
     Example:
@@ -229,13 +303,13 @@ def to_torch_state_dict(variables: Any, module: Any = None) -> dict[str, Any]:
             )
         params = variables["params"] if "params" in variables else variables
     layout = _layout_of(module, fn)
-    try:
-        arrays = layout.to_state_dict(params)
-    except (KeyError, TypeError) as e:
-        raise ValueError(
-            f"{fn}: the parameters do not match {type(module).__name__}'s torch layout (missing "
-            f"{e}); received the tree {sorted(_flat(params))}."
-        ) from None
+    if not isinstance(params, Mapping):
+        raise TypeError(f"{fn}: the parameters must be a dict tree; received {type(params).__name__}.")
+    import flax.linen
+
+    if isinstance(module, flax.linen.Module):  # (an nnx module's parameters are its own)
+        _check_tree(module, layout, params, fn)
+    arrays = layout.to_state_dict(params)
     return {k: _arrays.to_torch(v, k, fn) for k, v in arrays.items()}
 
 
