@@ -462,21 +462,46 @@ def attention_specs(d_model: int, use_bias: bool = True) -> dict[str, Any]:
     return {name: dense_specs(d_model, d_model, use_bias=use_bias) for name in ("query", "key", "value", "out")}
 
 
-def check_mask(mask: Any, batch: int, length: int, fn: str) -> None:
-    if mask is None:
-        return
+def _check_mask_dtype(mask: Any, name: str, what: str, fn: str) -> None:
     dtype = getattr(mask, "dtype", None)
     if dtype is None or not (jnp.issubdtype(dtype, jnp.bool_) or jnp.issubdtype(dtype, jnp.floating)):
         raise TypeError(
-            f"{fn}: `src_key_padding_mask` must be a bool array (True = ignore that key, as "
-            f"torch) or a float array added to the attention scores; received "
-            f"{getattr(mask, 'dtype', type(mask).__name__)}."
+            f"{fn}: `{name}` must be a bool array (True = {what}, as torch) or a float array "
+            f"added to the attention scores; received {getattr(mask, 'dtype', type(mask).__name__)}."
         )
-    if tuple(mask.shape) != (batch, length):
+
+
+def check_mask(mask: Any, batch: int, length: int, fn: str, unbatched: bool = False) -> None:
+    """``src_key_padding_mask``: ``[batch, seq]`` (``[seq]`` for an unbatched input)."""
+    if mask is None:
+        return
+    _check_mask_dtype(mask, "src_key_padding_mask", "ignore that key", fn)
+    want = (length,) if unbatched else (batch, length)
+    if tuple(mask.shape) != want:
+        layout = "[seq]" if unbatched else "[batch, seq]"
         raise ValueError(
-            f"{fn}: `src_key_padding_mask` must have shape [batch, seq] = {(batch, length)} "
-            f"(whatever batch_first says, as torch); received {tuple(mask.shape)}."
+            f"{fn}: `src_key_padding_mask` must have shape {layout} = {want} (whatever "
+            f"batch_first says, as torch); received {tuple(mask.shape)}."
         )
+
+
+def check_attn_mask(mask: Any, batch: int, length: int, num_heads: int, fn: str) -> None:
+    """``src_mask``: ``[seq, seq]`` or ``[batch * num_heads, seq, seq]`` (torch's layouts)."""
+    if mask is None:
+        return
+    _check_mask_dtype(mask, "src_mask", "that query may not attend to that key", fn)
+    shape = tuple(mask.shape)
+    if shape not in ((length, length), (batch * num_heads, length, length)):
+        raise ValueError(
+            f"{fn}: `src_mask` must have shape [seq, seq] = {(length, length)} or [batch * nhead, "
+            f"seq, seq] = {(batch * num_heads, length, length)} (as torch); received {shape}."
+        )
+
+
+def causal_mask(length: int) -> Array:
+    """``[seq, seq]``, True above the diagonal: each query sees itself and the keys before it
+    (torch's ``Transformer.generate_square_subsequent_mask``, as a bool mask)."""
+    return jnp.triu(jnp.ones((length, length), jnp.bool_), k=1)
 
 
 def mha(
@@ -486,24 +511,30 @@ def mha(
     num_heads: int,
     dtype: Any,
     key_padding_mask: Array | None = None,
+    attn_mask: Array | None = None,
     dropout_fn: Callable[[Array], Array] | None = None,
 ) -> Array:
     """Multi-head self-attention on ``x [B, T, D]`` (torch ``nn.MultiheadAttention`` math).
 
     ``softmax(q k^T / sqrt(D / num_heads) + mask) v`` per head, projections in ``dtype``,
     scores, softmax and the weighted sum in float32 (float64 for float64), one rounding to
-    ``dtype`` per head output. A bool ``key_padding_mask [B, T]``
-    masks keys where True (torch's convention) with the most negative float rather than
-    ``-inf``: rows with some visible key match torch exactly; a fully masked row averages
-    the values instead of torch's NaN.
+    ``dtype`` per head output. A bool ``key_padding_mask [B, T]`` masks keys where True, a bool
+    ``attn_mask`` (``[T, T]`` or ``[B * num_heads, T, T]``) masks (query, key) pairs where True
+    (torch's conventions), with the most negative float rather than ``-inf``: rows with some
+    visible key match torch exactly; a fully masked row averages the values instead of
+    torch's NaN. Float masks are added to the scores.
     """
     b, t, d = x.shape
     hd = d // num_heads
     sd = _stats.promote(dtype, jnp.float32)
     q, k, v = (dense(p[n], x, dtype).reshape(b, t, num_heads, hd) for n in ("query", "key", "value"))
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=sd) * (1.0 / math.sqrt(hd))
+    masks = []
     if key_padding_mask is not None:
-        m = key_padding_mask[:, None, None, :]
+        masks.append(key_padding_mask[:, None, None, :])
+    if attn_mask is not None:
+        masks.append(attn_mask.reshape((b, num_heads, t, t) if attn_mask.ndim == 3 else (1, 1, t, t)))
+    for m in masks:
         if jnp.issubdtype(m.dtype, jnp.bool_):
             scores = jnp.where(m, jnp.finfo(sd).min, scores)
         else:
@@ -574,27 +605,43 @@ def apply_encoder_layer(
     src: Array,
     cfg: EncoderLayerConfig,
     *,
+    src_mask: Array | None = None,
     src_key_padding_mask: Array | None = None,
+    is_causal: bool = False,
     dropout_fn: Callable[[Array], Array] | None = None,
 ) -> tuple[Array, Stats]:
     """``torch.nn.TransformerEncoderLayer.forward`` (Post-LN or Pre-LN).
 
-    ``dropout_fn`` (``None`` in eval mode) applies dropout at ``cfg.dropout`` where torch
-    does: attention weights, after the activation, and on each branch before the residual.
+    ``src`` is ``[T, B, D]`` (``[B, T, D]`` with ``batch_first``) or unbatched ``[T, D]``;
+    ``src_mask`` and ``src_key_padding_mask`` as torch's; ``is_causal=True`` without a
+    ``src_mask`` applies the causal mask (torch requires the mask with the hint; with one,
+    the mask is used). ``dropout_fn`` (``None`` in eval mode) applies dropout at
+    ``cfg.dropout`` where torch does: attention weights, after the activation, and on each
+    branch before the residual.
     """
     fn = "jln TransformerEncoderLayer"
     _checks.check_floating(src, fn, "src")
     layout = "[batch, seq, d_model]" if cfg.batch_first else "[seq, batch, d_model]"
-    if src.ndim != 3 or src.shape[-1] != cfg.d_model:
+    if src.ndim not in (2, 3) or src.shape[-1] != cfg.d_model:
         raise ValueError(
-            f"{fn}: `src` must have shape {layout} with d_model={cfg.d_model} (batch_first="
-            f"{cfg.batch_first}); received src.shape={tuple(src.shape)}."
+            f"{fn}: `src` must have shape {layout} (or [seq, d_model] unbatched) with d_model="
+            f"{cfg.d_model} (batch_first={cfg.batch_first}); received src.shape={tuple(src.shape)}."
         )
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"{fn}: `is_causal` must be a bool; received {is_causal!r}.")
+    unbatched = src.ndim == 2
     dt = compute_dtype(cfg.dtype, src)
     x = src.astype(dt)
-    if not cfg.batch_first:
+    if unbatched:
+        x = x[None]
+    elif not cfg.batch_first:
         x = jnp.swapaxes(x, 0, 1)
-    check_mask(src_key_padding_mask, x.shape[0], x.shape[1], fn)
+    check_mask(src_key_padding_mask, x.shape[0], x.shape[1], fn, unbatched)
+    if unbatched and src_key_padding_mask is not None:
+        src_key_padding_mask = src_key_padding_mask[None]
+    check_attn_mask(src_mask, x.shape[0], x.shape[1], cfg.nhead, fn)
+    if src_mask is None and is_causal:
+        src_mask = causal_mask(x.shape[1])
     drop = dropout_fn if dropout_fn is not None else (lambda h: h)
     stats: dict[str, Any] = {}
 
@@ -607,7 +654,7 @@ def apply_encoder_layer(
     def sa(h: Array) -> Array:
         a = mha(
             params["self_attn"], h, num_heads=cfg.nhead, dtype=dt,
-            key_padding_mask=src_key_padding_mask, dropout_fn=dropout_fn,
+            key_padding_mask=src_key_padding_mask, attn_mask=src_mask, dropout_fn=dropout_fn,
         )
         return drop(a)
 
@@ -621,7 +668,9 @@ def apply_encoder_layer(
     else:
         x = norm("norm1", x + sa(x))
         x = norm("norm2", x + ff(x))
-    if not cfg.batch_first:
+    if unbatched:
+        x = x[0]
+    elif not cfg.batch_first:
         x = jnp.swapaxes(x, 0, 1)
     return x, (stats if cfg.monitor else None)
 

@@ -392,10 +392,15 @@ class TransformerEncoderLayer(nn.Module):
       dtype: compute dtype (default ``src.dtype``); param_dtype, impl, monitor as
         :class:`LayerNorm` (the monitor records ``{"norm1": ..., "norm2": ...}``).
 
-    Returns (``__call__(src, *, src_key_padding_mask=None, deterministic=True)``): array like
-    ``src`` (``[T, B, D]``, or ``[B, T, D]`` with ``batch_first``). ``src_key_padding_mask
-    [B, T]``: True marks padding keys to ignore (torch). ``deterministic=False`` turns dropout
-    on (rng stream ``"dropout"``).
+    Returns (``__call__(src, src_mask=None, src_key_padding_mask=None, is_causal=False, *,
+    deterministic=True)``, torch's arguments in torch's order): array like ``src`` (``[T, B,
+    D]``, ``[B, T, D]`` with ``batch_first``, or unbatched ``[T, D]``), dtype ``src.dtype`` (or
+    ``dtype``). ``src_mask [T, T]`` or ``[B * nhead, T, T]``: True (bool) forbids a query from
+    attending to a key, a float mask is added to the scores (torch).
+    ``src_key_padding_mask [B, T]`` (``[T]`` unbatched): True marks padding keys to ignore.
+    ``is_causal=True`` without ``src_mask`` applies the causal mask (each position sees itself
+    and the ones before it; torch requires the mask with this hint). ``deterministic=False``
+    turns dropout on (rng stream ``"dropout"``).
 
     Raises:
       TypeError, ValueError: bad options (d_model not divisible by nhead, unknown
@@ -425,14 +430,20 @@ class TransformerEncoderLayer(nn.Module):
     monitor: bool = False
 
     @nn.compact
-    def __call__(self, src: Array, *, src_key_padding_mask: Array | None = None, deterministic: bool = True) -> Array:
+    def __call__(
+        self, src: Array, src_mask: Array | None = None, src_key_padding_mask: Array | None = None,
+        is_causal: bool = False, *, deterministic: bool = True,
+    ) -> Array:
         cfg = _cfg(self, M.EncoderLayerConfig)
         params = _create(self, M.encoder_layer_specs(cfg), self.param_dtype)
         drop = None
         if not deterministic and cfg.dropout > 0:
             layer = nn.Dropout(rate=cfg.dropout, deterministic=False, name="dropout_layer")
             drop = layer
-        y, stats = M.apply_encoder_layer(params, src, cfg, src_key_padding_mask=src_key_padding_mask, dropout_fn=drop)
+        y, stats = M.apply_encoder_layer(
+            params, src, cfg, src_mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal,
+            dropout_fn=drop,
+        )
         _sow(self, stats)
         return y
 

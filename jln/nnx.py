@@ -402,7 +402,9 @@ class TransformerEncoderLayer(nnx.Module):
       dtype, param_dtype, impl, monitor: as linen.
       rngs: ``nnx.Rngs`` for parameter init and the dropout stream.
 
-    Returns (``__call__(src, *, src_key_padding_mask=None)``): array like ``src``.
+    Returns (``__call__(src, src_mask=None, src_key_padding_mask=None, is_causal=False)``,
+    torch's arguments in torch's order): as :class:`jln.linen.TransformerEncoderLayer`
+    (dropout follows ``.train()``/``.eval()``).
 
     Raises:
       TypeError, ValueError: as :class:`jln.linen.TransformerEncoderLayer`.
@@ -448,10 +450,14 @@ class TransformerEncoderLayer(nnx.Module):
             raise TypeError(f"{fn}: pass rngs=nnx.Rngs(0) (parameter init and the dropout stream).")
         self.dropout_layer = nnx.Dropout(dropout, rngs=rngs)
 
-    def __call__(self, src: Array, *, src_key_padding_mask: Array | None = None) -> Array:
+    def __call__(
+        self, src: Array, src_mask: Array | None = None, src_key_padding_mask: Array | None = None,
+        is_causal: bool = False,
+    ) -> Array:
         drop = None if self.dropout_layer.deterministic or self.cfg.dropout == 0 else self.dropout_layer
         y, stats = M.apply_encoder_layer(
-            _values(self, self._layout), src, self.cfg, src_key_padding_mask=src_key_padding_mask, dropout_fn=drop
+            _values(self, self._layout), src, self.cfg, src_mask=src_mask, src_key_padding_mask=src_key_padding_mask,
+            is_causal=is_causal, dropout_fn=drop,
         )
         _sow(self, stats)
         return y

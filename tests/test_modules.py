@@ -1018,3 +1018,53 @@ def test_dit_block_mlp_size_error_names_the_hidden_size():
     with pytest.raises(ValueError, match="give 0"):
         L.DiTBlock(hidden_size=8, num_heads=2, mlp_ratio=0.01).init(
             jax.random.key(0), jnp.ones((1, 2, 8)), jnp.ones((1, 8)))
+
+
+@pytest.mark.parametrize("api", ["linen", "nnx"])
+def test_encoder_layer_attention_masks_and_unbatched_input_match_torch(api):
+    # torch's forward(src, src_mask, src_key_padding_mask, is_causal): every argument, checked
+    # with jln.testing against torch itself (forward and the gradient w.r.t. src)
+    from jln.interop import from_torch
+    from jln.testing import assert_module_matches_torch
+
+    torch.manual_seed(0)
+    d, h, b, s = 8, 2, 2, 5
+    tm = torch.nn.TransformerEncoderLayer(d, h, 16, dropout=0.0, batch_first=True)
+    randomize(tm, 0.4)
+    jm = from_torch(tm, api=api)
+    r = rng(31)
+    src = r.normal(size=(b, s, d)).astype(np.float32)
+    causal = np.triu(np.ones((s, s), bool), k=1)
+    per_head = r.random((b * h, s, s)) < 0.4
+    per_head[:, :, 0] = False  # every query sees some key
+    additive = (r.normal(size=(s, s)) * 2).astype(np.float32)
+    pad = np.zeros((b, s), bool)
+    pad[1, -2:] = True
+    cases = {
+        "causal bool": dict(src=src, src_mask=causal),
+        "per-head bool and padding": dict(src=src, src_mask=per_head, src_key_padding_mask=pad),
+        "additive float": dict(src=src, src_mask=additive),
+        "unbatched": dict(src=src[0]),
+        "unbatched, padding": dict(src=src[1], src_key_padding_mask=pad[1]),
+    }
+    for name, inputs in cases.items():
+        res = assert_module_matches_torch(tm, jm, inputs=inputs, name=name)
+        assert all(r_.passed for r_ in res) and {"out", "d src"} <= {r_.output for r_ in res}
+    # is_causal=True alone applies the causal mask (torch wants the mask with the hint)
+    if api == "linen":
+        lmod, v = jm
+        alone = lmod.apply(v, jnp.asarray(src), is_causal=True)
+        with_mask = lmod.apply(v, jnp.asarray(src), jnp.asarray(causal))
+    else:
+        alone, with_mask = jm(jnp.asarray(src), is_causal=True), jm(jnp.asarray(src), jnp.asarray(causal))
+    np.testing.assert_array_equal(alone, with_mask)
+    want = tm(torch.from_numpy(src), torch.from_numpy(causal), is_causal=True).detach().numpy()
+    np.testing.assert_allclose(alone, want, atol=2e-5, rtol=2e-5)
+    # wrong mask shapes and dtypes say what torch accepts
+    call = (lambda *a, **k: jm[0].apply(jm[1], *a, **k)) if api == "linen" else jm
+    with pytest.raises(ValueError, match=r"\[seq, seq\] = \(5, 5\) or \[batch \* nhead, seq, seq\] = \(4, 5, 5\)"):
+        call(jnp.asarray(src), jnp.zeros((3, 5, 5), bool))
+    with pytest.raises(TypeError, match="src_mask.*bool array"):
+        call(jnp.asarray(src), jnp.zeros((5, 5), jnp.int32))
+    with pytest.raises(ValueError, match=r"\[seq\] = \(5,\)"):
+        call(jnp.asarray(src[0]), src_key_padding_mask=jnp.zeros((2, 5), bool))

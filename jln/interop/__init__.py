@@ -91,7 +91,7 @@ def from_torch(module: Any, *, api: str = "linen") -> Any:
     The result is called like the torch module's ``forward``: ``(x)`` for norms and
     ``Linear``; ``(x, emb)`` for diffusers ``AdaLayerNormZero`` / ``AdaLayerNormZeroSingle``
     (``emb`` already embedded: torch's ``forward(x, emb=emb)``) and ``(x, cond)`` for
-    ``AdaLayerNormContinuous``; ``(src, src_key_padding_mask=...)`` for
+    ``AdaLayerNormContinuous``; ``(src, src_mask=None, src_key_padding_mask=None, is_causal=False)`` for
     ``TransformerEncoderLayer`` (eval mode: linen ``deterministic=True`` by default, the nnx
     module is returned in ``.eval()`` mode). It returns torch's tuple structure and dtypes,
     with the same numbers within the core's tolerances (bfloat16: bit-exact on almost every
