@@ -191,6 +191,12 @@ def _failed_report(dtype: str, exact: bool) -> _compare.Report:
 # -- the engine -----------------------------------------------------------------------------
 
 
+def _cotangents(struct_leaves: Sequence[Any], seed: int) -> list[Any]:
+    """One random cotangent per floating output (None for others), the same for every side."""
+    rng = np.random.default_rng(seed + 7919)
+    return [_cast(rng.standard_normal(s.shape), s.dtype) if _is_float(s.dtype) else None for s in struct_leaves]
+
+
 def check_matches_torch(
     jax_fn: Callable[..., Any],
     torch_fn: Callable[..., Any],
@@ -254,11 +260,7 @@ def check_matches_torch(
 
     out_struct = jax.eval_shape(call, *jargs)
     struct_leaves, treedef = jax.tree.flatten(out_struct)
-    rng = np.random.default_rng(seed + 7919)
-    cts = [
-        _cast(rng.standard_normal(s.shape), s.dtype) if _is_float(s.dtype) else None
-        for s in struct_leaves
-    ]
+    cts = _cotangents(struct_leaves, seed)
 
     # jax: forward and backward in one function, compiled once
     def fwd_bwd(args: list[Any], cot: list[Any]) -> tuple[Any, Any]:
@@ -541,35 +543,105 @@ def assert_matches_torch(
     return _raise_if_failed(results, reference, label)
 
 
-def _jax_module_fn(module: Any, what: str) -> tuple[Callable[..., Any], Callable[[str | None], Callable[..., Any]]]:
-    """(apply function, a maker of the same function with parameters cast to a dtype)."""
+@dataclass
+class _JaxModule:
+    """The jln side of a module check: ``apply(params, *args, **kwargs)``, its parameters
+    (``variables["params"]`` for linen, the ``nnx.Param`` values for nnx), and the module object
+    that decides their torch layout (:func:`jln.interop.to_torch_state_dict`)."""
 
-    def cast_tree(tree: Any, dtype: str) -> Any:
-        return jax.tree.map(lambda v: v.astype(dtype) if _is_float(getattr(v, "dtype", np.int32)) else v, tree)
+    apply: Callable[..., Any]
+    params: Any
+    module: Any
 
+    def cast(self, dtype: str | None) -> _JaxModule:
+        if dtype is None:
+            return self
+        cast = jax.tree.map(lambda v: v.astype(dtype) if _is_float(getattr(v, "dtype", np.int32)) else v, self.params)
+        return _JaxModule(self.apply, cast, self.module)
+
+    def fn(self) -> Callable[..., Any]:
+        return lambda *a, **kw: self.apply(self.params, *a, **kw)
+
+
+def _jax_module(module: Any, what: str) -> _JaxModule:
     if isinstance(module, tuple) and len(module) == 2:
         linen_module, variables = module
-
-        def make(dtype: str | None) -> Callable[..., Any]:
-            v = variables if dtype is None else cast_tree(variables, dtype)
-            return lambda *a, **kw: linen_module.apply(v, *a, **kw)
-
-        return make(None), make
+        rest = {k: v for k, v in dict(variables).items() if k != "params"}
+        return _JaxModule(
+            lambda p, *a, **kw: linen_module.apply({**rest, "params": p}, *a, **kw),
+            dict(variables).get("params", {}), linen_module,
+        )
     from flax import nnx
 
     if isinstance(module, nnx.Module):
-        graphdef, state = nnx.split(module)
+        graphdef, params, rest = nnx.split(module, nnx.Param, ...)  # type: ignore[misc]
 
-        def make(dtype: str | None) -> Callable[..., Any]:
-            s = state if dtype is None else cast_tree(state, dtype)
-            return lambda *a, **kw: nnx.merge(graphdef, s)(*a, **kw)
+        def apply(p: Any, *a: Any, **kw: Any) -> Any:
+            state = jax.tree.map(lambda v: v, params)  # a copy to fill (leaves are replaced)
+            nnx.replace_by_pure_dict(state, p)
+            return nnx.merge(graphdef, state, rest)(*a, **kw)
 
-        return make(None), make
+        return _JaxModule(apply, nnx.to_pure_dict(params), module)
     raise TypeError(
         f"{what}: the jln side must be a `(linen_module, variables)` pair or a flax.nnx Module; "
         f"received {type(module).__name__}. Convert the torch module with "
         "jln.interop.from_torch(torch_module)."
     )
+
+
+def _param_grads(
+    jm: _JaxModule, tmod: Any, t64: Any, ins: Any, *, reference: str, rtol: float | None, atol: float | None,
+    seed: int, name: str, torch_call: Callable[..., Any] | None = None,
+) -> list[ParityResult]:
+    """Results for the gradients w.r.t. the parameters, under the cotangents
+    :func:`check_matches_torch` uses; jln's are mapped to torch's names by the module's torch
+    layout (a rearrangement, so it maps gradients as it maps values). [] when the jln tree does
+    not map onto the torch module's parameters (a module without a layout, another tree).
+    ``torch_call(module, args)`` calls the torch module (default: positionally, or by keyword
+    for mapping ``ins``)."""
+    torch = _torch()
+    from jln.interop import _layout_of
+
+    try:
+        layout = _layout_of(jm.module, name)
+    except TypeError:
+        return []
+    named = [k for k, v in tmod.named_parameters() if v.requires_grad]
+    if not named or set(layout.to_state_dict(jm.params)) != set(named):
+        return []
+    keys = list(ins) if isinstance(ins, Mapping) else None
+    vals = [_compare.to_numpy(v) for v in (ins.values() if isinstance(ins, Mapping) else ins)]
+
+    def call(p: Any) -> Any:
+        args = [jnp.asarray(v) for v in vals]
+        return jm.apply(p, **dict(zip(keys, args, strict=True))) if keys else jm.apply(p, *args)
+
+    out, vjp = jax.vjp(call, jm.params)
+    leaves, treedef = jax.tree.flatten(out)
+    cts = _cotangents(leaves, seed)
+    cot = [jnp.asarray(c) if c is not None else np.zeros(o.shape, jax.dtypes.float0) for c, o in zip(cts, leaves, strict=True)]
+    (g,) = vjp(jax.tree.unflatten(treedef, cot))
+    j_grads = {k: np.asarray(v) for k, v in layout.to_state_dict(g).items()}
+
+    def torch_grads(m: Any, float64: bool) -> dict[str, np.ndarray]:
+        params = dict(m.named_parameters())
+        args = [_to_torch(v, float64=float64) if _is_float(v.dtype) else torch.from_numpy(np.asarray(v)) for v in vals]
+        with torch.enable_grad():
+            if torch_call is not None:
+                o = torch_call(m, args)
+            else:
+                o = m(**dict(zip(keys, args, strict=True))) if keys else m(*args)
+        pairs = [(t, _to_torch(c, float64=float64)) for t, c in zip(_flatten_torch(o), cts, strict=False)
+                 if c is not None and getattr(t, "requires_grad", False)]
+        got = torch.autograd.grad([t for t, _ in pairs], [params[k] for k in named],
+                                  grad_outputs=[c.to(t.dtype) for t, c in pairs], allow_unused=True)
+        return {k: _compare.to_numpy(torch.zeros_like(params[k]) if gk is None else gk)
+                for k, gk in zip(named, got, strict=True)}
+
+    t_grads = torch_grads(tmod, False)
+    r_grads = torch_grads(t64, True) if reference == "float64" else {}
+    return [_one(name, f"d {k}", "bwd", j_grads[k], t_grads[k], r_grads.get(k), exact=False, rtol=rtol, atol=atol)
+            for k in named]
 
 
 def _convert(torch_module: Any, what: str) -> Any:
@@ -603,7 +675,10 @@ def assert_module_matches_torch(
     The torch module is copied and put in eval mode (dropout off); it is not modified. With
     ``dtypes``, both sides' floating parameters are cast to each dtype along with the inputs;
     without, parameters keep their dtypes and inputs are float32 (or as given). Gradients are
-    taken w.r.t. the inputs.
+    taken w.r.t. the floating inputs and the parameters (what fine-tuning a ported checkpoint
+    uses), each parameter's under torch's name (``d self_attn.in_proj_weight``: jln's
+    gradients are mapped to torch's layout as :func:`jln.interop.to_torch_state_dict` maps
+    the parameters).
 
     Args:
       torch_module: a ``torch.nn.Module``.
@@ -617,33 +692,34 @@ def assert_module_matches_torch(
       every :class:`ParityResult` (all passed).
 
     Raises:
-      ParityError: some output or input gradient breaks the rule.
+      ParityError: some output, input gradient or parameter gradient breaks the rule.
       TypeError: ``jln_module`` is neither form, or no conversion is available.
 
     Example:
       >>> import torch
       >>> from jln.testing import assert_module_matches_torch
       >>> results = assert_module_matches_torch(torch.nn.LayerNorm(32), shapes=[(4, 32)])
-      >>> [(r.name, r.direction, r.passed) for r in results]
-      [('LayerNorm', 'fwd', True), ('LayerNorm', 'bwd', True)]
+      >>> [(r.output, r.direction, r.passed) for r in results]
+      [('out', 'fwd', True), ('d arg0', 'bwd', True), ('d weight', 'bwd', True), ('d bias', 'bwd', True)]
     """
     what = "assert_module_matches_torch"
     label = name or type(torch_module).__name__
     convert = jln_module is None
     if convert:
         jln_module = _convert(torch_module, what)
-    _, make_jax = _jax_module_fn(jln_module, what)
+    base_jm = _jax_module(jln_module, what)
     base = copy.deepcopy(torch_module).eval()
     torch = _torch()
     results: list[ParityResult] = []
     sweep = ("float32",) if dtypes is None and shapes is not None else dtypes
     for dtype, ins in _input_sets(inputs, shapes, sweep, seed, what):
         cast = dtypes is not None
-        tmod = copy.deepcopy(base).to(getattr(torch, dtype)) if cast else base
+        tmod = copy.deepcopy(base).to(getattr(torch, dtype)) if cast else copy.deepcopy(base)
         if convert and cast:  # convert the cast module: parameter dtypes as the checkpoint's
-            jfn = _jax_module_fn(_convert(tmod, what), what)[0]
+            jm = _jax_module(_convert(tmod, what), what)
         else:
-            jfn = make_jax(dtype if cast else None)
+            jm = base_jm.cast(dtype if cast else None)
+        jfn = jm.fn()
         t64 = copy.deepcopy(tmod).double()  # the reference sees the same rounded weights
 
         def torch_fn(*a: Any, _m: Any = tmod, _m64: Any = t64, **kw: Any) -> Any:
@@ -654,4 +730,7 @@ def assert_module_matches_torch(
             jfn, torch_fn, ins, grad=grad, reference=reference, exact=exact,
             rtol=rtol, atol=atol, seed=seed, name=label,
         )
+        if grad:
+            results += _param_grads(jm, tmod, t64, ins, reference=reference, rtol=rtol, atol=atol,
+                                    seed=seed, name=label)
     return _raise_if_failed(results, reference, label)

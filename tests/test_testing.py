@@ -204,7 +204,8 @@ def test_module_inputs_by_keyword_with_a_padding_mask() -> None:
     mask = np.zeros((2, 5), bool)
     mask[0, 3:] = True
     res = assert_module_matches_torch(tm, inputs={"src": x, "src_key_padding_mask": mask})
-    assert {r.output for r in res} == {"out", "d src"}
+    # the output, d src, and every parameter's gradient under torch's name
+    assert {r.output for r in res} == {"out", "d src"} | {f"d {k}" for k, _ in tm.named_parameters()}
     from jln.interop import from_torch
 
     res = assert_module_matches_torch(tm, from_torch(tm, api="nnx"), inputs={"src": x, "src_key_padding_mask": mask})
@@ -239,3 +240,32 @@ def test_nan_and_infinities_must_match_in_kind_and_sign() -> None:
         assert_matches_torch(lambda a: a * jnp.array([jnp.nan, 1, 1, 1]),
                              lambda a: a * torch.tensor([float("inf"), 1, 1, 1]),
                              inputs=[np.ones(4, np.float32)], grad=False)
+
+
+def test_parameter_gradients_are_compared_under_torch_names() -> None:
+    linen = pytest.importorskip("jln.linen")
+    import flax.linen as nn
+
+    tm = torch.nn.LayerNorm(16)
+    with torch.no_grad():
+        tm.weight.normal_(1.0, 0.1, generator=torch.Generator().manual_seed(0))
+        tm.bias.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(1))
+    params = {"scale": jnp.asarray(tm.weight.detach().numpy()), "bias": jnp.asarray(tm.bias.detach().numpy())}
+    res = assert_module_matches_torch(tm, (linen.LayerNorm(), {"params": params}), shapes=[(3, 16)],
+                                      dtypes=("float32", "bfloat16"), reference="float64" if jax.config.jax_enable_x64 else "torch")
+    assert {(r.dtype, r.output) for r in res if r.direction == "bwd"} == {
+        (d, o) for d in ("float32", "bfloat16") for o in ("d arg0", "d weight", "d bias")}
+
+    class FrozenScale(linen.LayerNorm):
+        """Right forward, no gradient for the scale (a port that stops it by mistake)."""
+
+        @nn.compact
+        def __call__(self, x):  # noqa: ANN001, ANN204
+            scale = self.param("scale", nn.initializers.ones, (x.shape[-1],))
+            bias = self.param("bias", nn.initializers.zeros, (x.shape[-1],))
+            return jln.layer_norm(x, jax.lax.stop_gradient(scale), bias)
+
+    with pytest.raises(ParityError) as info:
+        assert_module_matches_torch(tm, (FrozenScale(), {"params": params}), shapes=[(3, 16)])
+    bad = [(r.direction, r.output) for r in info.value.results if not r.passed]
+    assert bad == [("bwd", "d weight")]

@@ -33,7 +33,7 @@ import numpy as np
 from jln import _registry
 from jln._dispatch import IMPLS
 from jln.cli import output_path_problem
-from jln.testing import ParityResult, _failed_report, check_matches_torch
+from jln.testing import ParityResult, _failed_report, _jax_module, _param_grads, check_matches_torch
 
 Shape = tuple[int, ...]
 
@@ -266,21 +266,17 @@ def _module_case(spec: ModuleSpec, dtype: str, full: bool) -> Case:
         t64 = copy.deepcopy(tmod).double()  # the reference sees the same rounded weights
         # a module jln converts that fails to convert is a failure (the case raises), not a skip
         converted = interop.from_torch(tmod, api=spec.api)
-        if spec.api == "linen":
-            lmod, variables = converted
-            jax_fn: Callable[..., Any] = lambda *a: lmod.apply(variables, *a)  # noqa: E731
-        else:
-            from flax import nnx
-
-            graphdef, state = nnx.split(converted)
-            jax_fn = lambda *a: nnx.merge(graphdef, state)(*a)  # noqa: E731
+        jm = _jax_module(converted, "jln parity")
 
         def torch_fn(*a: Any) -> Any:
             return spec.call(t64 if a[0].dtype == torch.float64 and dtype != "float64" else tmod, a)
 
         rng = np.random.default_rng(1)
         inputs = [_registry._cast(rng.standard_normal(s), dtype) for s in spec.input_shapes]
-        return check_matches_torch(jax_fn, torch_fn, inputs, reference="float64", name=spec.name)
+        results = check_matches_torch(jm.fn(), torch_fn, inputs, reference="float64", name=spec.name)
+        # and the gradients w.r.t. the parameters, under torch's names
+        return results + _param_grads(jm, tmod, t64, inputs, reference="float64", rtol=None, atol=None, seed=0,
+                                      name=spec.name, torch_call=spec.call)
 
     return Case(spec.name, dtype, spec.input_shapes[0], 1, "", run)
 
