@@ -92,6 +92,14 @@ CASES = [
     Case("Gemma2RMSNorm", _gemma("Gemma2RMSNorm"), modes=("f32", "bf16")),
     Case("Gemma3RMSNorm", _gemma("Gemma3RMSNorm"), modes=("f32", "bf16")),
     Case("T5LayerNorm", lambda: _hf("transformers.models.t5.modeling_t5", "T5LayerNorm")(D)),
+    # classes recognised by their code (LLaMA's, Gemma's, T5's norm under another model's name)
+    Case("Qwen3RMSNorm (LLaMA's code)", _llama("Qwen3RMSNorm")),
+    Case("DeepseekV3RMSNorm (LLaMA's code)",
+         lambda: _hf("transformers.models.deepseek_v3.modeling_deepseek_v3", "DeepseekV3RMSNorm")(D, eps=1e-6),
+         modes=("f32", "bf16")),
+    Case("Qwen3NextRMSNorm (Gemma's code)",
+         lambda: _hf("transformers.models.qwen3_next.modeling_qwen3_next", "Qwen3NextRMSNorm")(D, eps=1e-6)),
+    Case("MT5LayerNorm (T5's code)", lambda: _hf("transformers.models.mt5.modeling_mt5", "MT5LayerNorm")(D)),
     Case("diffusers.RMSNorm(bias)", lambda: _diffusers("RMSNorm")(D, eps=1e-6, bias=True)),
     Case(
         "diffusers.RMSNorm(no affine)",
@@ -473,3 +481,13 @@ def test_ada_continuous_float32_condition_with_bf16_module() -> None:
     expected = _torch_out(case, m, x, c)
     for outs in _jln_outs(m, x, c).values():
         assert_same(outs, expected, BF16)
+
+
+def test_a_norm_with_other_code_is_not_taken_for_llamas() -> None:
+    # Olmo2RMSNorm has LLaMA's attributes but multiplies by the weight before the cast: not
+    # LLaMA's convention, so no converter claims it (recognition reads the code, not the name)
+    olmo2 = _hf("transformers.models.olmo2.modeling_olmo2", "Olmo2RMSNorm")(D, eps=1e-6)
+    with pytest.raises(TypeError, match="no converter for transformers.models.olmo2"):
+        from_torch(olmo2)
+    # and a class named like a supported one keeps being recognised by its name
+    assert "any transformers class whose code is LlamaRMSNorm's" in " ".join(supported_modules())

@@ -14,7 +14,11 @@ No norm formula lives here: the conventions are options of the jln modules, whic
 
 from __future__ import annotations
 
+import ast
+import importlib
+import inspect
 import sys
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,6 +97,68 @@ def _named(
         return all(hasattr(m, a) for a in attrs)
 
     return recognise
+
+
+def _code(cls: type) -> tuple[str, ...] | None:
+    """What ``cls`` computes, as the syntax of its ``forward`` and ``_norm`` (docstrings and
+    annotations dropped, arguments renamed by position), or None without readable source."""
+    key = _CODE.get(cls, False)
+    if key is not False:
+        return key  # type: ignore[return-value]
+    parts: list[str] = []
+    try:
+        for name in ("forward", "_norm"):
+            meth = getattr(cls, name, None)
+            if meth is None:
+                parts.append("-")
+                continue
+            fn_node = ast.parse(textwrap.dedent(inspect.getsource(meth))).body[0]
+            assert isinstance(fn_node, ast.FunctionDef)
+            renames = {a.arg: f"a{i}" for i, a in enumerate(fn_node.args.args)}
+            fn_node.name, fn_node.returns, fn_node.decorator_list = "f", None, []
+            body = fn_node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+                fn_node.body = body[1:] or [ast.Pass()]
+            for node in ast.walk(fn_node):
+                if isinstance(node, ast.arg):
+                    node.annotation = None
+                    node.arg = renames.get(node.arg, node.arg)
+                elif isinstance(node, ast.Name) and node.id in renames:
+                    node.id = renames[node.id]
+            parts.append(ast.dump(fn_node, annotate_fields=False))
+        result: tuple[str, ...] | None = tuple(parts)
+    except (OSError, TypeError, SyntaxError, AssertionError, IndexError):
+        result = None
+    _CODE[cls] = result
+    return result
+
+
+_CODE: dict[type, tuple[str, ...] | None] = {}
+
+
+def _same_code_as(module: str, name: str, attrs: tuple[str, ...]) -> Callable[[Any], bool]:
+    """A transformers class (every attribute in ``attrs`` present) whose ``forward`` and
+    ``_norm`` are, as code, those of ``module.name`` in the same installed transformers: the
+    many model files that repeat LLaMA's, Gemma's or T5's norm under their own class names
+    (Qwen3RMSNorm, DeepseekV3RMSNorm, MT5LayerNorm...). Read only when the module is a
+    transformers object, so transformers is already imported."""
+
+    def recognise(m: Any) -> bool:
+        t = type(m)
+        if t.__module__.split(".")[0] != "transformers" or not all(hasattr(m, a) for a in attrs):
+            return False
+        try:
+            ref = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            return False
+        mine = _code(t)
+        return mine is not None and mine == _code(ref)
+
+    return recognise
+
+
+def _either(*recognisers: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda m: any(r(m) for r in recognisers)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -471,23 +537,26 @@ CONVERTERS: tuple[Converter, ...] = (
         LAYOUTS["Dense"],
     ),
     Converter(
-        "transformers " + " / ".join(_LLAMA),
+        "transformers " + " / ".join(_LLAMA) + ", and any transformers class whose code is LlamaRMSNorm's",
         "RMSNorm(convention='llama')",
-        _named(_LLAMA, ("weight", "variance_epsilon")),
+        _either(_named(_LLAMA, ("weight", "variance_epsilon")),
+                _same_code_as("transformers.models.llama.modeling_llama", "LlamaRMSNorm", ("weight", "variance_epsilon"))),
         _hf_rms("llama", "variance_epsilon"),
         LAYOUTS["RMSNorm"],
     ),
     Converter(
-        "transformers " + " / ".join(_GEMMA),
+        "transformers " + " / ".join(_GEMMA) + ", and any transformers class whose code is GemmaRMSNorm's",
         "RMSNorm(convention='gemma')",
-        _named(_GEMMA, ("weight", "eps")),
+        _either(_named(_GEMMA, ("weight", "eps")),
+                _same_code_as("transformers.models.gemma.modeling_gemma", "GemmaRMSNorm", ("weight", "eps"))),
         _hf_rms("gemma", "eps"),
         LAYOUTS["RMSNorm"],
     ),
     Converter(
-        "transformers T5LayerNorm",
+        "transformers T5LayerNorm, and any transformers class whose code is T5LayerNorm's",
         "RMSNorm(convention='t5')",
-        _named(("T5LayerNorm",), ("weight", "variance_epsilon")),
+        _either(_named(("T5LayerNorm",), ("weight", "variance_epsilon")),
+                _same_code_as("transformers.models.t5.modeling_t5", "T5LayerNorm", ("weight", "variance_epsilon"))),
         _hf_rms("t5", "variance_epsilon"),
         LAYOUTS["RMSNorm"],
     ),
