@@ -94,6 +94,19 @@ def feature_shape(num_features: Any, fn: str) -> tuple[int, ...]:
     return tuple(int(n) for n in sizes if n is not None)
 
 
+def check_num_features(x: Any, axis: Any, num_features: tuple[int, ...], fn: str) -> None:
+    """``ValueError`` unless ``x`` has the module's ``num_features`` at the normalized axes (an
+    NNX norm declares them; without parameters nothing else would notice a wrong width)."""
+    _checks.check_floating(x, fn)
+    have = _checks.feature_shape(x.shape, _checks.normalize_axes(axis, x.ndim, fn))
+    if have != tuple(num_features):
+        raise ValueError(
+            f"{fn}: the module was built for num_features={tuple(num_features)} at axis={axis!r}; "
+            f"received x.shape={tuple(x.shape)}, which has {have} there. Build it with "
+            f"num_features={have if len(have) > 1 else have[0]}, or pass x with that shape."
+        )
+
+
 def check_positive(value: Any, name: str, fn: str) -> int:
     """``value`` as a Python int; ``ValueError`` unless it is a positive integer (NumPy's too)."""
     v = _positive_int(value)

@@ -96,8 +96,8 @@ class LayerNorm(nnx.Module):
     Returns (``__call__(x)``): array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
 
     Raises:
-      TypeError, ValueError: as :func:`jln.layer_norm`, and for a bad ``num_features``;
-      ``TypeError`` for an initializer that is not callable, or one other than ones and zeros
+      TypeError, ValueError: as :func:`jln.layer_norm`, and for a bad ``num_features`` or an
+      ``x`` whose shape at ``axis`` is not ``num_features``; ``TypeError`` for an initializer that is not callable, or one other than ones and zeros
       without ``rngs``.
 
     Example:
@@ -136,6 +136,7 @@ class LayerNorm(nnx.Module):
         _create(self, specs, param_dtype, rngs, fn)
 
     def __call__(self, x: Array) -> Array:
+        M.check_num_features(x, self.cfg.axis, self.num_features, "jln.nnx.LayerNorm")
         y, stats = M.apply_layer_norm(_values(self, self._layout), x, self.cfg)
         _sow(self, stats)
         return y
@@ -155,8 +156,9 @@ class RMSNorm(nnx.Module):
     Returns (``__call__(x)``): array of ``x.shape``, dtype by the convention (or ``dtype``).
 
     Raises:
-      TypeError, ValueError: as :func:`jln.rms_norm`; ``TypeError`` for an initializer that is
-      not callable, or one other than ones and zeros without ``rngs``.
+      TypeError, ValueError: as :func:`jln.rms_norm`, and for an ``x`` whose shape at ``axis``
+      is not ``num_features``; ``TypeError`` for an initializer that is not callable, or one
+      other than ones and zeros without ``rngs``.
 
     Example:
       >>> import jax.numpy as jnp
@@ -196,6 +198,7 @@ class RMSNorm(nnx.Module):
         _create(self, specs, param_dtype, rngs, fn)
 
     def __call__(self, x: Array) -> Array:
+        M.check_num_features(x, self.cfg.axis, self.num_features, "jln.nnx.RMSNorm")
         y, stats = M.apply_rms_norm(_values(self, self._layout), x, self.cfg)
         _sow(self, stats)
         return y

@@ -1068,3 +1068,13 @@ def test_encoder_layer_attention_masks_and_unbatched_input_match_torch(api):
         call(jnp.asarray(src), jnp.zeros((5, 5), jnp.int32))
     with pytest.raises(ValueError, match=r"\[seq\] = \(5,\)"):
         call(jnp.asarray(src[0]), src_key_padding_mask=jnp.zeros((2, 5), bool))
+
+
+def test_nnx_norms_check_their_num_features():
+    x = jnp.ones((2, 16), jnp.float32)
+    for m in (N.LayerNorm(8), N.LayerNorm(8, use_scale=False, use_bias=False), N.RMSNorm(8, use_scale=False)):
+        with pytest.raises(ValueError, match=r"built for num_features=\(8,\).*x.shape=\(2, 16\).*num_features=16"):
+            m(x)
+    with pytest.raises(ValueError, match=r"num_features=\(4, 16\)"):
+        N.LayerNorm((3, 16), axis=(-2, -1))(jnp.ones((2, 4, 16)))
+    assert N.LayerNorm((4, 16), axis=(-2, -1))(jnp.ones((2, 4, 16))).shape == (2, 4, 16)
