@@ -55,15 +55,36 @@ class ParamSpec:
 
 ones = jax.nn.initializers.ones
 zeros = jax.nn.initializers.zeros
-#: torch ``nn.Linear``'s default kernel init, U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+#: torch ``nn.Linear``'s default kernel init (kaiming_uniform with a=sqrt(5)),
+#: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
 dense_kernel_init = jax.nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+#: xavier_uniform over torch's packed ``[3d, d]`` q/k/v weight (``nn.MultiheadAttention``'s
+#: in_proj, timm's qkv Linear in DiT), on one ``[d, d]`` block of it:
+#: U(+-sqrt(6 / (d + 3d))) = U(+-sqrt(3 * 0.5 / d)).
+qkv_kernel_init = jax.nn.initializers.variance_scaling(0.5, "fan_avg", "uniform")
+#: xavier_uniform (DiT's Linear layers).
+xavier_kernel_init = jax.nn.initializers.glorot_uniform()
 
 
-def dense_specs(n_in: int, n_out: int, *, use_bias: bool = True, zero: bool = False) -> dict[str, ParamSpec]:
-    """``{"kernel": [n_in, n_out], "bias": [n_out]}``; ``zero`` initialises both to 0 (adaLN-Zero)."""
-    specs = {"kernel": ParamSpec((n_in, n_out), zeros if zero else dense_kernel_init)}
+def torch_bias_init(fan_in: int) -> Callable[..., Array]:
+    """torch ``nn.Linear``'s default bias init, U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+
+    def init(key: Array, shape: Any, dtype: Any = jnp.float32) -> Array:
+        return jax.random.uniform(key, shape, jnp.float32, -bound, bound).astype(dtype)
+
+    return init
+
+
+def dense_specs(
+    n_in: int, n_out: int, *, use_bias: bool = True, zero: bool = False, kernel_init: Any = None, bias_init: Any = None,
+) -> dict[str, ParamSpec]:
+    """``{"kernel": [n_in, n_out], "bias": [n_out]}``, initialised as torch's ``nn.Linear`` unless
+    ``kernel_init``/``bias_init`` say otherwise; ``zero`` initialises both to 0 (adaLN-Zero)."""
+    kernel = zeros if zero else dense_kernel_init if kernel_init is None else kernel_init
+    specs = {"kernel": ParamSpec((n_in, n_out), kernel)}
     if use_bias:
-        specs["bias"] = ParamSpec((n_out,), zeros)
+        specs["bias"] = ParamSpec((n_out,), zeros if zero else torch_bias_init(n_in) if bias_init is None else bias_init)
     return specs
 
 
@@ -169,10 +190,10 @@ def _record(monitor: bool, x: Array, y: Array, axis: Any, fn: str) -> Stats:
     return _monitor.row_stats(x, y, _checks.normalize_axes(axis, x.ndim, fn))
 
 
-def check_inits(cfg: Any, fn: str) -> None:
-    """Raise ``TypeError`` unless ``cfg.scale_init`` and ``cfg.bias_init`` are each None or an
-    initializer ``init(key, shape, dtype)``."""
-    for name in ("scale_init", "bias_init"):
+def check_inits(cfg: Any, fn: str, names: tuple[str, ...] = ("scale_init", "bias_init")) -> None:
+    """Raise ``TypeError`` unless each of ``names`` (``cfg.scale_init`` and ``cfg.bias_init``
+    by default) is None or an initializer ``init(key, shape, dtype)``."""
+    for name in names:
         init = getattr(cfg, name)
         if init is not None and not callable(init):
             raise TypeError(
@@ -471,8 +492,21 @@ def apply_ada_ln_continuous(params: Params, x: Array, cond: Array, cfg: AdaLNCon
 # --------------------------------------------------------------------------- attention
 
 
-def attention_specs(d_model: int, use_bias: bool = True) -> dict[str, Any]:
-    return {name: dense_specs(d_model, d_model, use_bias=use_bias) for name in ("query", "key", "value", "out")}
+def attention_specs(
+    d_model: int, use_bias: bool = True, *, out_kernel: Any = None, kernel_init: Any = None, bias_init: Any = None,
+) -> dict[str, Any]:
+    """q/k/v/out projections, initialised as torch's ``nn.MultiheadAttention``: q/k/v kernels
+    xavier over the packed ``[3d, d]`` weight, ``out`` as its Linear (``out_kernel``, default
+    torch's Linear init), every bias 0; ``kernel_init``/``bias_init`` replace them all."""
+    zero_bias = zeros if bias_init is None else bias_init
+    specs = {
+        name: dense_specs(d_model, d_model, use_bias=use_bias, bias_init=zero_bias,
+                          kernel_init=qkv_kernel_init if kernel_init is None else kernel_init)
+        for name in ("query", "key", "value")
+    }
+    specs["out"] = dense_specs(d_model, d_model, use_bias=use_bias, bias_init=zero_bias,
+                               kernel_init=out_kernel if kernel_init is None else kernel_init)
+    return specs
 
 
 def _check_mask_dtype(mask: Any, name: str, what: str, fn: str) -> None:
@@ -581,9 +615,12 @@ class EncoderLayerConfig:
     dtype: Any = None
     impl: str = "auto"
     monitor: bool = False
+    kernel_init: Any = None  # every Dense kernel; None: torch's (MultiheadAttention's, Linear's)
+    bias_init: Any = None  # every Dense bias; None: torch's
 
     def __post_init__(self) -> None:
         fn = "jln TransformerEncoderLayer"
+        check_inits(self, fn, ("kernel_init", "bias_init"))
         set_positive(self, ("d_model", "nhead", "dim_feedforward"), fn)
         if self.d_model % self.nhead:
             raise ValueError(
@@ -600,10 +637,11 @@ class EncoderLayerConfig:
 def encoder_layer_specs(cfg: EncoderLayerConfig) -> dict[str, Any]:
     d, f, bias = cfg.d_model, cfg.dim_feedforward, bool(cfg.bias)
     norm = layer_norm_specs(LayerNormConfig(use_bias=bias), (d,))
+    inits = dict(kernel_init=cfg.kernel_init, bias_init=cfg.bias_init)
     return {
-        "self_attn": attention_specs(d, bias),
-        "linear1": dense_specs(d, f, use_bias=bias),
-        "linear2": dense_specs(f, d, use_bias=bias),
+        "self_attn": attention_specs(d, bias, **inits),
+        "linear1": dense_specs(d, f, use_bias=bias, **inits),
+        "linear2": dense_specs(f, d, use_bias=bias, **inits),
         "norm1": dict(norm),
         "norm2": dict(norm),
     }
@@ -699,11 +737,14 @@ class DiTBlockConfig:
     dtype: Any = None
     impl: str = "auto"
     monitor: bool = False
+    kernel_init: Any = None  # every Dense kernel but adaLN_modulation's; None: DiT's xavier
+    bias_init: Any = None  # every Dense bias but adaLN_modulation's; None: zeros (DiT)
 
     eps = 1e-6  # DiT's LayerNorms: eps 1e-6, no affine
 
     def __post_init__(self) -> None:
         fn = "jln DiTBlock"
+        check_inits(self, fn, ("kernel_init", "bias_init"))
         set_positive(self, ("hidden_size", "num_heads"), fn)
         if self.hidden_size % self.num_heads:
             raise ValueError(
@@ -729,8 +770,14 @@ def dit_block_specs(cfg: DiTBlockConfig) -> dict[str, Any]:
     d, h = cfg.hidden_size, cfg.mlp_hidden
     return {
         "adaLN_modulation": dense_specs(d, 6 * d, zero=True),
-        "attn": attention_specs(d),
-        "mlp": {"fc1": dense_specs(d, h), "fc2": dense_specs(h, d)},
+        # DiT's initialize_weights: xavier_uniform kernels (timm's packed qkv Linear included),
+        # zero biases; kernel_init/bias_init replace them
+        "attn": attention_specs(d, out_kernel=xavier_kernel_init, kernel_init=cfg.kernel_init,
+                                bias_init=cfg.bias_init),
+        "mlp": {"fc1": dense_specs(d, h, kernel_init=cfg.kernel_init or xavier_kernel_init,
+                                   bias_init=cfg.bias_init or zeros),
+                "fc2": dense_specs(h, d, kernel_init=cfg.kernel_init or xavier_kernel_init,
+                                   bias_init=cfg.bias_init or zeros)},
     }
 
 

@@ -391,6 +391,10 @@ class TransformerEncoderLayer(nn.Module):
       no biases in the Linear layers and the LayerNorms).
       dtype: compute dtype (default ``src.dtype``); param_dtype, impl, monitor as
         :class:`LayerNorm` (the monitor records ``{"norm1": ..., "norm2": ...}``).
+      kernel_init, bias_init: initializers of every Linear kernel and bias; ``None`` gives
+        torch's distributions: q/k/v kernels xavier-uniform over the packed ``[3d, d]``
+        weight, ``out_proj``/``linear1``/``linear2`` kernels and ``linear1``/``linear2``
+        biases U(+-1/sqrt(fan_in)), attention biases 0; LayerNorms ones and zeros.
 
     Returns (``__call__(src, src_mask=None, src_key_padding_mask=None, is_causal=False, *,
     deterministic=True)``, torch's arguments in torch's order): array like ``src`` (``[T, B,
@@ -428,6 +432,8 @@ class TransformerEncoderLayer(nn.Module):
     param_dtype: Any = jnp.float32
     impl: str = "auto"
     monitor: bool = False
+    kernel_init: Any = None
+    bias_init: Any = None
 
     @nn.compact
     def __call__(
@@ -464,6 +470,9 @@ class DiTBlock(nn.Module):
     Attributes:
       hidden_size, num_heads, mlp_ratio: as DiT.
       dtype, param_dtype, impl, monitor: as :class:`TransformerEncoderLayer`.
+      kernel_init, bias_init: initializers of every Dense kernel and bias but
+        ``adaLN_modulation``'s (zero, so the block starts as the identity); ``None`` gives
+        DiT's: xavier-uniform kernels (q/k/v over the packed ``[3d, d]`` weight), zero biases.
 
     Returns (``__call__(x, c)``): ``x [B, T, D]`` updated, conditioned on ``c [B, D]``.
 
@@ -486,6 +495,8 @@ class DiTBlock(nn.Module):
     param_dtype: Any = jnp.float32
     impl: str = "auto"
     monitor: bool = False
+    kernel_init: Any = None
+    bias_init: Any = None
 
     @nn.compact
     def __call__(self, x: Array, c: Array) -> Array:

@@ -402,7 +402,7 @@ class TransformerEncoderLayer(nnx.Module):
       d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
         norm_first, bias: as torch (positional, in torch's order; ``bias=False``: no biases in
         the Linear layers and the LayerNorms).
-      dtype, param_dtype, impl, monitor: as linen.
+      dtype, param_dtype, impl, monitor, kernel_init, bias_init: as linen.
       rngs: ``nnx.Rngs`` for parameter init and the dropout stream.
 
     Returns (``__call__(src, src_mask=None, src_key_padding_mask=None, is_causal=False)``,
@@ -438,6 +438,8 @@ class TransformerEncoderLayer(nnx.Module):
         param_dtype: Any = jnp.float32,
         impl: str = "auto",
         monitor: bool = False,
+        kernel_init: Any = None,
+        bias_init: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         fn = "jln.nnx.TransformerEncoderLayer"
@@ -445,6 +447,7 @@ class TransformerEncoderLayer(nnx.Module):
             d_model=d_model, nhead=nhead, dim_feedforward=dim_feedforward, dropout=dropout,
             activation=activation, layer_norm_eps=layer_norm_eps, batch_first=batch_first,
             norm_first=norm_first, bias=bias, dtype=dtype, impl=impl, monitor=monitor,
+            kernel_init=kernel_init, bias_init=bias_init,
         )
         specs = M.encoder_layer_specs(self.cfg)
         self._layout = _layout(specs)
@@ -476,7 +479,7 @@ class DiTBlock(nnx.Module):
 
     Args:
       hidden_size, num_heads: as DiT.
-      mlp_ratio, dtype, param_dtype, impl, monitor: as linen.
+      mlp_ratio, dtype, param_dtype, impl, monitor, kernel_init, bias_init: as linen.
       rngs: ``nnx.Rngs`` for parameter init.
 
     Returns (``__call__(x, c)``): ``x [B, T, D]`` updated, conditioned on ``c [B, D]``.
@@ -503,11 +506,14 @@ class DiTBlock(nnx.Module):
         param_dtype: Any = jnp.float32,
         impl: str = "auto",
         monitor: bool = False,
+        kernel_init: Any = None,
+        bias_init: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         fn = "jln.nnx.DiTBlock"
         self.cfg = M.DiTBlockConfig(
-            hidden_size=hidden_size, num_heads=num_heads, mlp_ratio=mlp_ratio, dtype=dtype, impl=impl, monitor=monitor
+            hidden_size=hidden_size, num_heads=num_heads, mlp_ratio=mlp_ratio, dtype=dtype, impl=impl, monitor=monitor,
+            kernel_init=kernel_init, bias_init=bias_init,
         )
         specs = M.dit_block_specs(self.cfg)
         self._layout = _layout(specs)

@@ -8,6 +8,8 @@ compared for a fixed random cotangent ``g``: d/d(inputs, params) of ``sum(y * g)
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -309,7 +311,7 @@ def test_norm_errors():
         N.LayerNorm(4, impl="cuda")
     with pytest.raises(ValueError, match="num_features"):
         N.LayerNorm(0)
-    with pytest.raises(ValueError, match=r"scale"):
+    with pytest.raises(ValueError, match=r"num_features=\(5,\)"):
         N.LayerNorm(5)(x)  # built for 5 features, called on 4
     with pytest.raises(TypeError, match="floating"):
         L.LayerNorm().init(jax.random.key(0), jnp.ones((2, 4), jnp.int32))
@@ -1078,3 +1080,69 @@ def test_nnx_norms_check_their_num_features():
     with pytest.raises(ValueError, match=r"num_features=\(4, 16\)"):
         N.LayerNorm((3, 16), axis=(-2, -1))(jnp.ones((2, 4, 16)))
     assert N.LayerNorm((4, 16), axis=(-2, -1))(jnp.ones((2, 4, 16))).shape == (2, 4, 16)
+
+
+def _std_close(a, want_std, rel, what):
+    got = float(np.std(np.asarray(a, np.float64)))
+    assert abs(got / want_std - 1) <= rel, f"{what}: std {got:.4g}, want {want_std:.4g}"
+
+
+def test_encoder_layer_initialises_as_torch():
+    # every parameter drawn from torch's own distribution (checked against a torch-initialised
+    # layer: same zeros, same spread; kernels have 128*128 draws, so 5% is ~10 standard errors)
+    from jln.interop import from_torch
+
+    d, f = 128, 256
+    torch.manual_seed(0)
+    _, tv = from_torch(torch.nn.TransformerEncoderLayer(d, 4, f))
+    for params in (
+        L.TransformerEncoderLayer(d_model=d, nhead=4, dim_feedforward=f).init(
+            jax.random.key(0), jnp.ones((3, 1, d)))["params"],
+        nnx.state(N.TransformerEncoderLayer(d, 4, f, rngs=nnx.Rngs(1)), nnx.Param).to_pure_dict(),
+    ):
+        flat_j = dict(jax.tree_util.tree_leaves_with_path(params))
+        flat_t = dict(jax.tree_util.tree_leaves_with_path(tv["params"]))
+        assert set(flat_j) == set(flat_t)
+        for path, want in flat_t.items():
+            got, what = flat_j[path], jax.tree_util.keystr(path)
+            want = np.asarray(want, np.float64)
+            if np.all(want == want.flat[0]):  # ones/zeros (norms, attention biases)
+                np.testing.assert_array_equal(got, np.full(got.shape, want.flat[0]), err_msg=what)
+                continue
+            bound = np.max(np.abs(want))
+            assert float(jnp.max(jnp.abs(got))) <= bound * 1.02, what
+            _std_close(got, np.std(want), 0.05 if want.ndim == 2 else 0.25, what)
+
+
+def test_dit_block_initialises_as_dit_and_takes_initializers():
+    d, h = 128, 512
+    x, c = jnp.ones((1, 2, d)), jnp.ones((1, d))
+    p = L.DiTBlock(hidden_size=d, num_heads=4).init(jax.random.key(0), x, c)["params"]
+    pn = nnx.state(N.DiTBlock(d, 4, rngs=nnx.Rngs(0)), nnx.Param).to_pure_dict()
+    for tree in (p, pn):
+        np.testing.assert_array_equal(tree["adaLN_modulation"]["kernel"], 0)
+        xavier = {  # DiT's initialize_weights: xavier_uniform, the qkv Linear packed [3d, d]
+            ("attn", "query"): (d, 3 * d), ("attn", "key"): (d, 3 * d), ("attn", "value"): (d, 3 * d),
+            ("attn", "out"): (d, d), ("mlp", "fc1"): (d, h), ("mlp", "fc2"): (h, d),
+        }
+        for (a, b), (fan_in, fan_out) in xavier.items():
+            bound = math.sqrt(6 / (fan_in + fan_out))
+            k = tree[a][b]["kernel"]
+            assert float(jnp.max(jnp.abs(k))) <= bound
+            _std_close(k, bound / math.sqrt(3), 0.05, f"{a}/{b}")
+            np.testing.assert_array_equal(tree[a][b]["bias"], 0)
+    # kernel_init / bias_init replace every Dense init but adaLN_modulation's (linen and nnx)
+    inits = dict(kernel_init=jax.nn.initializers.constant(0.5), bias_init=jax.nn.initializers.constant(-1.0))
+    for tree in (L.DiTBlock(hidden_size=8, num_heads=2, **inits).init(jax.random.key(0), x[..., :8], c[..., :8])["params"],
+                 nnx.state(N.DiTBlock(8, 2, **inits, rngs=nnx.Rngs(0)), nnx.Param).to_pure_dict()):
+        np.testing.assert_array_equal(tree["adaLN_modulation"]["kernel"], 0)
+        for a, b in (("attn", "query"), ("attn", "out"), ("mlp", "fc2")):
+            np.testing.assert_array_equal(tree[a][b]["kernel"], 0.5)
+            np.testing.assert_array_equal(tree[a][b]["bias"], -1.0)
+    enc = L.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, **inits).init(
+        jax.random.key(0), jnp.ones((3, 1, 8)))["params"]
+    np.testing.assert_array_equal(enc["linear1"]["kernel"], 0.5)
+    np.testing.assert_array_equal(enc["self_attn"]["value"]["bias"], -1.0)
+    np.testing.assert_array_equal(enc["norm1"]["scale"], 1.0)
+    with pytest.raises(TypeError, match="kernel_init"):
+        N.DiTBlock(8, 2, kernel_init="xavier", rngs=nnx.Rngs(0))
