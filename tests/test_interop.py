@@ -100,6 +100,10 @@ CASES = [
     Case("Qwen3NextRMSNorm (Gemma's code)",
          lambda: _hf("transformers.models.qwen3_next.modeling_qwen3_next", "Qwen3NextRMSNorm")(D, eps=1e-6)),
     Case("MT5LayerNorm (T5's code)", lambda: _hf("transformers.models.mt5.modeling_mt5", "MT5LayerNorm")(D)),
+    Case("Olmo2RMSNorm (torch's rms_norm)",
+         lambda: _hf("transformers.models.olmo2.modeling_olmo2", "Olmo2RMSNorm")(D, eps=1e-6)),
+    Case("GptOssRMSNorm (OLMo 2's code)",
+         lambda: _hf("transformers.models.gpt_oss.modeling_gpt_oss", "GptOssRMSNorm")(D, eps=1e-6)),
     Case("diffusers.RMSNorm(bias)", lambda: _diffusers("RMSNorm")(D, eps=1e-6, bias=True)),
     Case(
         "diffusers.RMSNorm(no affine)",
@@ -484,10 +488,10 @@ def test_ada_continuous_float32_condition_with_bf16_module() -> None:
 
 
 def test_a_norm_with_other_code_is_not_taken_for_llamas() -> None:
-    # Olmo2RMSNorm has LLaMA's attributes but multiplies by the weight before the cast: not
-    # LLaMA's convention, so no converter claims it (recognition reads the code, not the name)
-    olmo2 = _hf("transformers.models.olmo2.modeling_olmo2", "Olmo2RMSNorm")(D, eps=1e-6)
-    with pytest.raises(TypeError, match="no converter for transformers.models.olmo2"):
-        from_torch(olmo2)
+    # CohereLayerNorm has LLaMA's attributes (weight, variance_epsilon) but subtracts the mean:
+    # no converter claims it (recognition reads the code, not the attributes)
+    cohere = _hf("transformers.models.cohere.modeling_cohere", "CohereLayerNorm")(D, eps=1e-5)
+    with pytest.raises(TypeError, match="no converter for transformers.models.cohere"):
+        from_torch(cohere)
     # and a class named like a supported one keeps being recognised by its name
     assert "any transformers class whose code is LlamaRMSNorm's" in " ".join(supported_modules())

@@ -553,6 +553,15 @@ CONVERTERS: tuple[Converter, ...] = (
         LAYOUTS["RMSNorm"],
     ),
     Converter(
+        "transformers Olmo2RMSNorm, and any transformers class whose code is Olmo2RMSNorm's",
+        "RMSNorm(convention='torch', eps=variance_epsilon)",
+        # weight * h in float32, then the cast to x's dtype: torch's rms_norm with its own eps
+        _either(_named(("Olmo2RMSNorm",), ("weight", "variance_epsilon")),
+                _same_code_as("transformers.models.olmo2.modeling_olmo2", "Olmo2RMSNorm", ("weight", "variance_epsilon"))),
+        _hf_rms("torch", "variance_epsilon"),
+        LAYOUTS["RMSNorm"],
+    ),
+    Converter(
         "transformers T5LayerNorm, and any transformers class whose code is T5LayerNorm's",
         "RMSNorm(convention='t5')",
         _either(_named(("T5LayerNorm",), ("weight", "variance_epsilon")),
