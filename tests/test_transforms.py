@@ -181,18 +181,18 @@ def test_second_order_through_scan(op, impl):
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4 * float(jnp.max(jnp.abs(b))), err_msg=name)
 
 
-def test_third_order_through_scan_native():
-    # reverse over reverse over reverse, and forward over that: every kernel primitive met
-    # without its custom_jvp has a rule (the Pallas path's custom_vmap has no reverse mode
-    # under second-order linearization: see the README's Transforms notes)
-    if _native_missing():
+@pytest.mark.parametrize("impl", ["native", "pallas"])
+def test_third_order_through_scan(impl):
+    # reverse over reverse over reverse, and forward over that: every kernel call met without
+    # its custom_jvp has the rules itself
+    if impl == "native" and _native_missing():
         pytest.skip(_native_missing())
     x = jnp.asarray(np.random.default_rng(1).standard_normal((4, 16)), jnp.float32)
     ws = jnp.linspace(0.8, 1.2, 2 * 16).reshape(2, 16)
     for op in ("layer_norm", "add_rms_norm"):
         outs = []
-        for impl in ("native", "xla"):
-            loss = _scanned_loss(op, impl)
+        for impl_ in (impl, "xla"):
+            loss = _scanned_loss(op, impl_)
             g2 = lambda w, loss=loss: jnp.sum(jax.grad(loss)(w, x) ** 2)  # noqa: E731
             g3 = lambda w, g2=g2: jnp.sum(jax.grad(g2)(w) ** 2)  # noqa: E731
             outs.append((jax.grad(g2)(ws), jax.grad(g3)(ws), jax.jacfwd(jax.grad(g2))(ws)))

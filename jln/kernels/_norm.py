@@ -624,13 +624,16 @@ def _placeholder(dtype: Any) -> Array:
 
 
 def kernels_jvp(spec: Spec, primals: tuple[Array, ...], tangents: tuple[Any, ...]) -> Any:
+    """The kernels' forward rule (a custom rule's ``SymbolicZero`` or a primitive rule's
+    ``ad.Zero`` marks a tangent that is zero)."""
     from jax.custom_derivatives import SymbolicZero
+    from jax.interpreters import ad
 
     outs = _kernels(spec, *primals)
     nx = spec.n_x
     base = outs[1] if spec.add is not None else primals[0]  # what the backward reads: x, or s
     # zero tangents (inputs not differentiated) stay out of the residuals: scalar placeholders
-    present = tuple(not isinstance(t, SymbolicZero) for t in tangents)
+    present = tuple(not isinstance(t, (SymbolicZero, ad.Zero)) for t in tangents)
     tans = [t if on else _placeholder(p.dtype) for t, p, on in zip(tangents, primals, present, strict=True)]
     lin = _lin().bind(*tans, base, *primals[nx:], *outs[nx:], spec=spec, present=present)
     return outs, (*lin, *(jnp.zeros_like(st) for st in outs[nx:]))

@@ -30,7 +30,11 @@ platforms, the XLA body under ``jax.export`` and elsewhere); it stays below
 shows it. ``custom_partitioning`` has
 no batching rule, so each direction is also a ``jax.custom_batching.custom_vmap`` whose rule
 makes the mapped axis one more row axis (an unmapped operand is broadcast over it, in the
-backward as one group per example so each example gets its own gradient).
+backward as one group per example so each example gets its own gradient). Outside both, each
+direction's call is held in a primitive of jln's own (``jln_pallas_norm_fwd_call``/
+``..._bwd_call``) that carries it as a jaxpr (so JAX still sees the ``custom_partitioning``)
+and has the kernels' differentiation rules, for the places where JAX differentiates the call
+without the kernels' ``custom_jvp`` (second order through ``lax.scan``).
 """
 
 from __future__ import annotations
@@ -167,20 +171,47 @@ _fwd_cp.def_partition(
 )
 
 
-# Differentiation inside the custom_vmap: the kernels' custom_jvp (jln.kernels._norm) holds
-# these calls, but where JAX partially evaluates a loop (a scan's linearization) it keeps the
-# forward's known part without that custom_jvp, so second-order AD through the loop (a
-# Hessian-vector product, grad of grad) differentiates what is inside: custom_vmap (which
-# partial evaluation keeps whole) and then these, with the same rules, in place of
-# custom_partitioning, which has no differentiation rule.
+# Each direction's call (the custom_vmap below, holding the custom_partitioning) is held in a
+# primitive of jln's own that carries the call as a jaxpr: JAX sees the custom_partitioning in
+# it (its lowering gets the devices), lowers and evaluates it as it is, and batches it by
+# tracing it again under vmap. The primitive has the kernels' differentiation rules: the
+# kernels' custom_jvp (jln.kernels._norm) holds these calls, but where JAX partially evaluates
+# a loop (a scan's linearization) it keeps the forward's known part without that custom_jvp,
+# so second-order AD through the loop (a Hessian-vector product, grad of grad) differentiates
+# the call itself; neither custom_vmap (no reverse mode there) nor custom_partitioning (no
+# rules at all) could be.
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _fwd_diff(spec: _norm.Spec, *args: Array) -> tuple[Array, ...]:
-    return tuple(_fwd_cp(spec, _signature(args[0], args[spec.n_x :]), *args))
+def _held(name: str, jvp: Any) -> Any:
+    from jax.extend.core import Primitive, jaxpr_as_fun
+    from jax.interpreters import ad, batching, mlir
+
+    p = Primitive(name)
+    p.multiple_results = True
+    p.def_impl(lambda *args, spec, jaxpr: jaxpr_as_fun(jaxpr)(*args))
+    p.def_abstract_eval(lambda *args, spec, jaxpr: jaxpr.out_avals)
+    mlir.register_lowering(
+        p, lambda ctx, *args, spec, jaxpr: mlir.lower_fun(jaxpr_as_fun(jaxpr), multiple_results=True)(ctx, *args))
+
+    def batch(args: tuple[Any, ...], dims: tuple[Any, ...], *, spec: _norm.Spec, jaxpr: Any) -> Any:
+        out = hold(p, spec, jax.vmap(jaxpr_as_fun(jaxpr), in_axes=tuple(dims), out_axes=0), args)
+        return out, [0] * len(out)
+
+    batching.primitive_batchers[p] = batch
+    ad.primitive_jvps[p] = functools.partial(jvp, p)
+    return p
 
 
-_fwd_diff.defjvp(lambda spec, primals, tangents: _norm.kernels_jvp(spec, primals, tangents), symbolic_zeros=True)
+def hold(p: Any, spec: _norm.Spec, f: Any, args: tuple[Array, ...]) -> list[Array]:
+    """``f(*args)`` as the held primitive ``p`` (``f`` traced once, here, to its jaxpr)."""
+    return p.bind(*args, spec=spec, jaxpr=jax.make_jaxpr(f)(*args))
+
+
+def _fwd_jvp(p: Any, primals: tuple[Any, ...], tangents: tuple[Any, ...], *, spec: _norm.Spec, jaxpr: Any) -> Any:
+    return _norm.kernels_jvp(spec, tuple(primals), tuple(tangents))
+
+
+_fwd_held = _held("jln_pallas_norm_fwd_call", _fwd_jvp)
 
 
 def forward(spec: _norm.Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> tuple[Array, ...]:
@@ -190,13 +221,10 @@ def forward(spec: _norm.Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> 
 
     @custom_vmap
     def fwd(*args: Array) -> tuple[Array, ...]:
-        return tuple(_fwd_diff(spec, *args))
+        return tuple(_fwd_cp(spec, _signature(args[0], args[nx:]), *args))
 
     @fwd.def_vmap
     def fwd_batched(axis_size: int, in_batched: list[bool], *args: Array) -> Any:
-        if not any(in_batched):  # (custom_vmap's JVP asks this: tangents mapped, primals not)
-            out = _fwd_diff(spec, *args)
-            return out, (False,) * len(out)
         # the mapped axis is one more row axis: arrays laid out like x get it (broadcast where
         # unmapped); unmapped operands broadcast over it (size 1)
         xs_ = tuple(a if b else jnp.broadcast_to(a, (axis_size, *a.shape)) for a, b in zip(args[:nx], in_batched[:nx], strict=True))
@@ -204,7 +232,7 @@ def forward(spec: _norm.Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> 
         out = fwd(*xs_, *ops)
         return out, (True,) * len(out)
 
-    return tuple(fwd(*xs, *ops))
+    return tuple(hold(_fwd_held, spec, lambda *a: tuple(fwd(*a)), (*xs, *ops)))
 
 
 # ----------------------------------------------------------------------------- backward
@@ -278,18 +306,14 @@ def _bwd_args(spec: _norm.Spec, rest: tuple[Any, ...]) -> tuple[Any, tuple[Any, 
     return (rest[0] if spec.add is not None else None), tuple(rest[skip:])
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _bwd_diff(spec: _norm.Spec, x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
-    return tuple(_bwd_cp(spec, _signature(x, _bwd_args(spec, rest)[1]), x, dy, *rest))
-
-
-@_bwd_diff.defjvp
-def _bwd_diff_jvp(spec: _norm.Spec, primals: tuple[Array, ...], tangents: tuple[Array, ...]) -> Any:
+def _bwd_jvp(p: Any, primals: tuple[Any, ...], tangents: tuple[Any, ...], *, spec: _norm.Spec, jaxpr: Any) -> Any:
     """:func:`jln.kernels._norm._backward_jvp`'s rule (the XLA body's backward), in the
     kernel's dtypes (broadcast operands' gradients in float32)."""
+    from jax.interpreters import ad
+
+    out = p.bind(*primals, spec=spec, jaxpr=jaxpr)
     x, dy, *rest = primals
-    t_x, t_dy, *t_rest = tangents
-    out = _bwd_diff(spec, *primals)
+    t_x, t_dy, *t_rest = (ad.instantiate_zeros(t) for t in tangents)
     ds, ops = _bwd_args(spec, tuple(rest))
     t_ds, t_ops = _bwd_args(spec, tuple(t_rest))
     if ds is None:
@@ -297,7 +321,10 @@ def _bwd_diff_jvp(spec: _norm.Spec, primals: tuple[Array, ...], tangents: tuple[
     else:
         _, d_out = jax.jvp(lambda b, c, d, *o: _norm.backward_ref(spec, b, c, d, *o), (x, dy, ds, *ops),
                            (t_x, t_dy, t_ds, *t_ops))
-    return out, tuple(d.astype(o.dtype) for d, o in zip(d_out, out, strict=True))
+    return out, [d.astype(o.dtype) for d, o in zip(d_out, out, strict=True)]
+
+
+_bwd_held = _held("jln_pallas_norm_bwd_call", _bwd_jvp)
 
 
 def backward(
@@ -310,18 +337,15 @@ def backward(
 
     @custom_vmap
     def bwd(x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
-        return tuple(_bwd_diff(spec, x, dy, *rest))
+        return tuple(_bwd_cp(spec, _signature(x, _bwd_args(spec, rest)[1]), x, dy, *rest))
 
     @bwd.def_vmap
     def bwd_batched(axis_size: int, in_batched: list[bool], *args: Array) -> Any:
-        if not any(in_batched):  # (as in forward)
-            out = _bwd_diff(spec, *args)
-            return out, (False,) * len(out)
         # every example needs its own operand gradients: give every argument the mapped axis
         # (an unmapped parameter becomes one group per example)
         args = tuple(a if b else jnp.broadcast_to(a, (axis_size, *a.shape)) for a, b in zip(args, in_batched, strict=True))
         out = bwd(*args)
         return out, (True,) * len(out)
 
-    dx, *dops = bwd(x, dy, *extra, *stats, *ops)
+    dx, *dops = hold(_bwd_held, spec, lambda *a: tuple(bwd(*a)), (x, dy, *extra, *stats, *ops))
     return (dx, *(d.astype(o.dtype) for d, o in zip(dops, ops, strict=True)))
