@@ -164,14 +164,19 @@ def test_atol_override_loosens_the_bound() -> None:
     assert res[0].report.bound >= 1e-1
 
 
-def test_module_matches_torch_linen_pair_and_nnx() -> None:
-    linen = pytest.importorskip("jln.linen")
-    nnx_mod = pytest.importorskip("jln.nnx")
-    tm = torch.nn.LayerNorm(16)
+def _random_layer_norm(d: int):  # noqa: ANN202
+    """A torch LayerNorm with random affine parameters, and those parameters as jln's tree."""
+    tm = torch.nn.LayerNorm(d)
     with torch.no_grad():
         tm.weight.normal_(1.0, 0.1, generator=torch.Generator().manual_seed(0))
         tm.bias.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(1))
-    params = {"scale": jnp.asarray(tm.weight.detach().numpy()), "bias": jnp.asarray(tm.bias.detach().numpy())}
+    return tm, {"scale": jnp.asarray(tm.weight.detach().numpy()), "bias": jnp.asarray(tm.bias.detach().numpy())}
+
+
+def test_module_matches_torch_linen_pair_and_nnx() -> None:
+    linen = pytest.importorskip("jln.linen")
+    nnx_mod = pytest.importorskip("jln.nnx")
+    tm, params = _random_layer_norm(16)
     assert_module_matches_torch(tm, (linen.LayerNorm(), {"params": params}), shapes=[(2, 3, 16)],
                                 dtypes=("float32", "bfloat16"))
     from flax import nnx
@@ -246,11 +251,7 @@ def test_parameter_gradients_are_compared_under_torch_names() -> None:
     linen = pytest.importorskip("jln.linen")
     import flax.linen as nn
 
-    tm = torch.nn.LayerNorm(16)
-    with torch.no_grad():
-        tm.weight.normal_(1.0, 0.1, generator=torch.Generator().manual_seed(0))
-        tm.bias.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(1))
-    params = {"scale": jnp.asarray(tm.weight.detach().numpy()), "bias": jnp.asarray(tm.bias.detach().numpy())}
+    tm, params = _random_layer_norm(16)
     res = assert_module_matches_torch(tm, (linen.LayerNorm(), {"params": params}), shapes=[(3, 16)],
                                       dtypes=("float32", "bfloat16"), reference="float64" if jax.config.jax_enable_x64 else "torch")
     assert {(r.dtype, r.output) for r in res if r.direction == "bwd"} == {
