@@ -355,8 +355,9 @@ def _one(
     if str(t.dtype) != dtype:
         note = f"dtype mismatch: jax gives {dtype}, torch gives {t.dtype}"
         passed = False
-    elif not passed and not report.exact_rule and report.max_abs_err == float("inf"):
-        note = "NaN/Inf where the other side is finite"
+    elif report.nonfinite_mismatch:
+        note = (f"NaN/Inf differ from torch's at {report.nonfinite_mismatch} element(s) (NaN against "
+                f"inf, an infinity's sign, or a non-finite value against a finite one)")
     return ParityResult(name, output, direction, dtype, shape, report, note, bool(passed))
 
 
