@@ -403,10 +403,15 @@ def _xla_fwd_add(spec: Spec, x: Array, residual: Array, *params: Array) -> tuple
     return y, s, m, r
 
 
+def _xla_vjp(spec: Spec, ct: Array, x: Array, *params: Array) -> tuple[Array, ...]:
+    """The XLA body's VJP: the backward kernel's contract, and (differentiated) its derivative."""
+    return tuple(jax.vjp(functools.partial(_xla, spec), x, *params)[1](ct))
+
+
 def _xla_bwd(spec: Spec, ct: Array, x: Array, *rest: Array) -> tuple[Array, ...]:
     """``_ffi_bwd`` where the kernel is not taken: the XLA body's VJP (the statistics in
     ``rest`` unread; the primitive casts the parameters' gradients to the kernel's float32)."""
-    return tuple(jax.vjp(functools.partial(_xla, spec), x, *rest[:-2])[1](ct))
+    return _xla_vjp(spec, ct, x, *rest[:-2])
 
 
 def _exportable(name: str, ffi: Any, xla: Any) -> Any:
@@ -537,13 +542,8 @@ def _backward(spec: Spec, ct: Array, x: Array, *rest: Array) -> tuple[Array, ...
 
 @_backward.defjvp
 def _backward_jvp(spec: Spec, primals: tuple[Array, ...], tangents: tuple[Array, ...]) -> Any:
-    out = _backward(spec, *primals)
-
-    def vjp(ct: Array, x: Array, *params: Array) -> tuple[Array, ...]:
-        return jax.vjp(functools.partial(_xla, spec), x, *params)[1](ct)
-
-    _, dout = jax.jvp(vjp, primals[:-2], tangents[:-2])
-    return out, dout
+    _, dout = jax.jvp(functools.partial(_xla_vjp, spec), primals[:-2], tangents[:-2])
+    return _backward(spec, *primals), dout
 
 
 def _bwd_jvp_raw(primals: tuple[Array, ...], tangents: tuple[Any, ...], *, spec: Spec) -> Any:
@@ -552,12 +552,8 @@ def _bwd_jvp_raw(primals: tuple[Array, ...], tangents: tuple[Any, ...], *, spec:
     from jax.interpreters import ad
 
     out = _bwd_p.bind(*primals, spec=spec)
-
-    def vjp(ct: Array, x: Array, *params: Array) -> tuple[Array, ...]:
-        return jax.vjp(functools.partial(_xla, spec), x, *params)[1](ct)
-
     tans = tuple(ad.instantiate_zeros(t) for t in tangents[:-2])
-    _, dout = jax.jvp(vjp, tuple(primals[:-2]), tans)
+    _, dout = jax.jvp(functools.partial(_xla_vjp, spec), tuple(primals[:-2]), tans)
     return out, [d.astype(o.dtype) for d, o in zip(dout, out, strict=True)]
 
 

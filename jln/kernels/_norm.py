@@ -601,11 +601,18 @@ def forward_xla(spec: Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> tu
     return (y, *stats) if spec.add is None else (y, s, *stats)
 
 
+def split_rest(spec: Spec, rest: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...], tuple[Any, ...]]:
+    """A backward call's operands after ``(x, dy)``: ``ds`` (None without a fused add), the
+    statistics, the operands."""
+    ds = rest[0] if spec.add is not None else None
+    k = (spec.add is not None) + spec.n_stats
+    return ds, tuple(rest[k - spec.n_stats : k]), tuple(rest[k:])
+
+
 def backward_xla(spec: Spec, x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
     """:func:`backward_nd`'s ``(dx, *d_ops)`` from the XLA body's VJP, where the kernel is not
     taken; ``rest``: ``ds`` with a fused add, the statistics (unread), the operands."""
-    ds = rest[0] if spec.add is not None else None
-    ops = rest[(spec.n_x - 1) + spec.n_stats :]
+    ds, _, ops = split_rest(spec, rest)
     return backward_ref(spec, x, dy, ds, *ops)
 
 
@@ -697,16 +704,23 @@ def _backward_diff(spec: Spec, base: Array, ct_y: Array, ct_s: Array | None, sta
     return tuple(_partition.backward(spec, base, ct_y, stats, ops, ds=ct_s))
 
 
+def backward_ref_jvp(
+    spec: Spec, base: Array, ct_y: Array, ct_s: Array | None, ops: tuple[Array, ...],
+    t_base: Array, t_ct_y: Array, t_ct_s: Array | None, t_ops: tuple[Array, ...],
+) -> tuple[Array, ...]:
+    """The tangent of :func:`backward_ref` (``ct_s`` None: no fused add): the derivative of the
+    backward kernels, whichever way JAX reaches them."""
+    if ct_s is None:
+        return jax.jvp(lambda b, c, *o: backward_ref(spec, b, c, None, *o), (base, ct_y, *ops), (t_base, t_ct_y, *t_ops))[1]
+    return jax.jvp(functools.partial(backward_ref, spec), (base, ct_y, ct_s, *ops), (t_base, t_ct_y, t_ct_s, *t_ops))[1]
+
+
 @_backward_diff.defjvp
 def _backward_jvp(spec: Spec, primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> Any:
     base, ct_y, ct_s, stats, *ops = primals
     t_base, t_ct_y, t_ct_s, _, *t_ops = tangents
-    out = _backward_diff(spec, *primals)
-    if ct_s is None:
-        _, d_out = jax.jvp(lambda b, c, *o: backward_ref(spec, b, c, None, *o), (base, ct_y, *ops), (t_base, t_ct_y, *t_ops))
-    else:
-        _, d_out = jax.jvp(functools.partial(backward_ref, spec), (base, ct_y, ct_s, *ops), (t_base, t_ct_y, t_ct_s, *t_ops))
-    return out, d_out
+    return _backward_diff(spec, *primals), backward_ref_jvp(
+        spec, base, ct_y, ct_s, tuple(ops), t_base, t_ct_y, t_ct_s, tuple(t_ops))
 
 
 _lin_p: Any = None

@@ -239,12 +239,8 @@ def forward(spec: _norm.Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> 
 
 
 def _bwd_kernel(spec: _norm.Spec, x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
-    ds = None
-    if spec.add is not None:
-        ds, *rest_ = rest
-        rest = tuple(rest_)
-    k = spec.n_stats
-    return _norm.backward_nd(spec, x, dy, tuple(rest[:k]), tuple(rest[k:]), cast_params=False, ds=ds)
+    ds, stats, ops = _norm.split_rest(spec, rest)
+    return _norm.backward_nd(spec, x, dy, stats, ops, cast_params=False, ds=ds)
 
 
 _bwd_p = _export.primitive(
@@ -300,27 +296,17 @@ _bwd_cp.def_partition(
 )
 
 
-def _bwd_args(spec: _norm.Spec, rest: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
-    """``rest`` of a backward call: ``ds`` (None without a fused add) and the operands."""
-    skip = (spec.add is not None) + spec.n_stats
-    return (rest[0] if spec.add is not None else None), tuple(rest[skip:])
-
-
 def _bwd_jvp(p: Any, primals: tuple[Any, ...], tangents: tuple[Any, ...], *, spec: _norm.Spec, jaxpr: Any) -> Any:
-    """:func:`jln.kernels._norm._backward_jvp`'s rule (the XLA body's backward), in the
+    """The kernels' backward rule (:func:`jln.kernels._norm.backward_ref_jvp`), in the
     kernel's dtypes (broadcast operands' gradients in float32)."""
     from jax.interpreters import ad
 
     out = p.bind(*primals, spec=spec, jaxpr=jaxpr)
     x, dy, *rest = primals
     t_x, t_dy, *t_rest = (ad.instantiate_zeros(t) for t in tangents)
-    ds, ops = _bwd_args(spec, tuple(rest))
-    t_ds, t_ops = _bwd_args(spec, tuple(t_rest))
-    if ds is None:
-        _, d_out = jax.jvp(lambda b, c, *o: _norm.backward_ref(spec, b, c, None, *o), (x, dy, *ops), (t_x, t_dy, *t_ops))
-    else:
-        _, d_out = jax.jvp(lambda b, c, d, *o: _norm.backward_ref(spec, b, c, d, *o), (x, dy, ds, *ops),
-                           (t_x, t_dy, t_ds, *t_ops))
+    ds, _, ops = _norm.split_rest(spec, tuple(rest))
+    t_ds, _, t_ops = _norm.split_rest(spec, tuple(t_rest))
+    d_out = _norm.backward_ref_jvp(spec, x, dy, ds, ops, t_x, t_dy, t_ds, t_ops)
     return out, [d.astype(o.dtype) for d, o in zip(d_out, out, strict=True)]
 
 
@@ -337,7 +323,7 @@ def backward(
 
     @custom_vmap
     def bwd(x: Array, dy: Array, *rest: Array) -> tuple[Array, ...]:
-        return tuple(_bwd_cp(spec, _signature(x, _bwd_args(spec, rest)[1]), x, dy, *rest))
+        return tuple(_bwd_cp(spec, _signature(x, _norm.split_rest(spec, rest)[2]), x, dy, *rest))
 
     @bwd.def_vmap
     def bwd_batched(axis_size: int, in_batched: list[bool], *args: Array) -> Any:
