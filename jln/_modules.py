@@ -91,7 +91,7 @@ def dense_specs(
 def _positive_int(value: Any) -> int | None:
     """``value`` as a Python int if it is a positive integer of any kind (``int``, a NumPy
     integer: anything ``operator.index`` takes, but not a bool), else None."""
-    if isinstance(value, bool) or isinstance(getattr(value, "dtype", None), np.dtype) and value.dtype == bool:
+    if isinstance(value, (bool, np.bool_)):
         return None
     try:
         v = operator.index(value)

@@ -197,6 +197,28 @@ def _cotangents(struct_leaves: Sequence[Any], seed: int) -> list[Any]:
     return [_cast(rng.standard_normal(s.shape), s.dtype) if _is_float(s.dtype) else None for s in struct_leaves]
 
 
+def _jax_cotangent(cts: Sequence[Any], struct_leaves: Sequence[Any], treedef: Any) -> Any:
+    """:func:`_cotangents` as the output's tree for ``jax.vjp`` (float0 zeros for non-floats)."""
+    return jax.tree.unflatten(treedef, [
+        jnp.asarray(c) if c is not None else np.zeros(s.shape, jax.dtypes.float0)
+        for c, s in zip(cts, struct_leaves, strict=True)
+    ])
+
+
+def _torch_grads(outs: Sequence[Any], cts: Sequence[Any], wrt: Sequence[Any], float64: bool) -> list[Any]:
+    """The gradients of torch's ``outs`` under :func:`_cotangents` w.r.t. the tensors ``wrt``
+    (zeros where an output does not reach one)."""
+    import torch
+
+    pairs = [(o, _to_torch(c, float64=float64)) for o, c in zip(outs, cts, strict=False)
+             if c is not None and getattr(o, "requires_grad", False)]
+    got: Sequence[Any] = (None,) * len(wrt)
+    if pairs:
+        got = torch.autograd.grad([o for o, _ in pairs], list(wrt), grad_outputs=[c.to(o.dtype) for o, c in pairs],
+                                  allow_unused=True)
+    return [torch.zeros_like(w) if g is None else g for w, g in zip(wrt, got, strict=True)]
+
+
 def check_matches_torch(
     jax_fn: Callable[..., Any],
     torch_fn: Callable[..., Any],
@@ -273,14 +295,10 @@ def check_matches_torch(
         if not diff:
             return f(), ()
         out, vjp = jax.vjp(f, *[args[i] for i in diff])
-        cot_full = [
-            c if c is not None else np.zeros(s.shape, jax.dtypes.float0)
-            for c, s in zip(cot, struct_leaves, strict=True)
-        ]
-        return out, vjp(jax.tree.unflatten(treedef, cot_full))
+        return out, vjp(_jax_cotangent(cot, struct_leaves, treedef))
 
     run = jax.jit(fwd_bwd) if jit else fwd_bwd
-    j_out, j_grads = run(jargs, [None if c is None else jnp.asarray(c) for c in cts])
+    j_out, j_grads = run(jargs, cts)
     j_leaves = [np.asarray(o) for o in jax.tree.leaves(j_out)]
     j_grads = [np.asarray(g) for g in j_grads]
 
@@ -291,23 +309,7 @@ def check_matches_torch(
         with torch.enable_grad():
             out = torch_fn(**dict(zip(keys, leaves, strict=True))) if keys else torch_fn(*leaves)
         outs = _flatten_torch(out)
-        grads: list[Any] = []
-        if diff:
-            pairs = [
-                (o, _to_torch(c, float64=float64))
-                for o, c in zip(outs, cts, strict=False)
-                if c is not None and getattr(o, "requires_grad", False)
-            ]
-            if pairs:
-                got = torch.autograd.grad(
-                    [o for o, _ in pairs],
-                    [leaves[i] for i in diff],
-                    grad_outputs=[c.to(o.dtype) for o, c in pairs],
-                    allow_unused=True,
-                )
-            else:
-                got = (None,) * len(diff)
-            grads = [torch.zeros_like(leaves[i]) if g is None else g for i, g in zip(diff, got, strict=True)]
+        grads = _torch_grads(outs, cts, [leaves[i] for i in diff], float64) if diff else []
         return [_compare.to_numpy(o) for o in outs], [_compare.to_numpy(g) for g in grads]
 
     t_out, t_grads = torch_side(False)
@@ -620,8 +622,7 @@ def _param_grads(
     out, vjp = jax.vjp(call, jm.params)
     leaves, treedef = jax.tree.flatten(out)
     cts = _cotangents(leaves, seed)
-    cot = [jnp.asarray(c) if c is not None else np.zeros(o.shape, jax.dtypes.float0) for c, o in zip(cts, leaves, strict=True)]
-    (g,) = vjp(jax.tree.unflatten(treedef, cot))
+    (g,) = vjp(_jax_cotangent(cts, leaves, treedef))
     j_grads = {k: np.asarray(v) for k, v in layout.to_state_dict(g).items()}
 
     def torch_grads(m: Any, float64: bool) -> dict[str, np.ndarray]:
@@ -632,12 +633,8 @@ def _param_grads(
                 o = torch_call(m, args)
             else:
                 o = m(**dict(zip(keys, args, strict=True))) if keys else m(*args)
-        pairs = [(t, _to_torch(c, float64=float64)) for t, c in zip(_flatten_torch(o), cts, strict=False)
-                 if c is not None and getattr(t, "requires_grad", False)]
-        got = torch.autograd.grad([t for t, _ in pairs], [params[k] for k in named],
-                                  grad_outputs=[c.to(t.dtype) for t, c in pairs], allow_unused=True)
-        return {k: _compare.to_numpy(torch.zeros_like(params[k]) if gk is None else gk)
-                for k, gk in zip(named, got, strict=True)}
+        got = _torch_grads(_flatten_torch(o), cts, [params[k] for k in named], float64)
+        return {k: _compare.to_numpy(gk) for k, gk in zip(named, got, strict=True)}
 
     t_grads = torch_grads(tmod, False)
     r_grads = torch_grads(t64, True) if reference == "float64" else {}

@@ -199,10 +199,7 @@ def _expected_shapes(module: Any, layout: Any, flat: Mapping[str, Any]) -> dict[
 
     cls = layout.jln_class
     if cls == "Dense":
-        specs: dict[str, Any] = {"kernel": M.ParamSpec((size("kernel", 0), int(module.features)), M.zeros)}
-        if module.use_bias:
-            specs["bias"] = M.ParamSpec((int(module.features),), M.zeros)
-        return _spec_shapes(specs)
+        return _spec_shapes(M.dense_specs(size("kernel", 0), int(module.features), use_bias=bool(module.use_bias)))
     if cls in ("LayerNorm", "RMSNorm"):
         cfg_cls = M.LayerNormConfig if cls == "LayerNorm" else M.RMSNormConfig
         cfg = jl._cfg(module, cfg_cls)
