@@ -157,8 +157,12 @@ def _same_code_as(module: str, name: str, attrs: tuple[str, ...]) -> Callable[[A
     return recognise
 
 
-def _either(*recognisers: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda m: any(r(m) for r in recognisers)
+def _hf_norm(names: tuple[str, ...], model: str, attrs: tuple[str, ...]) -> Callable[[Any], bool]:
+    """A transformers norm by one of ``names``, or by the code of ``names[0]`` in
+    ``transformers.models.<model>`` (:func:`_same_code_as`)."""
+    named = _named(names, attrs)
+    same = _same_code_as(f"transformers.models.{model}.modeling_{model}", names[0], attrs)
+    return lambda m: named(m) or same(m)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -539,16 +543,14 @@ CONVERTERS: tuple[Converter, ...] = (
     Converter(
         "transformers " + " / ".join(_LLAMA) + ", and any transformers class whose code is LlamaRMSNorm's",
         "RMSNorm(convention='llama')",
-        _either(_named(_LLAMA, ("weight", "variance_epsilon")),
-                _same_code_as("transformers.models.llama.modeling_llama", "LlamaRMSNorm", ("weight", "variance_epsilon"))),
+        _hf_norm(_LLAMA, "llama", ("weight", "variance_epsilon")),
         _hf_rms("llama", "variance_epsilon"),
         LAYOUTS["RMSNorm"],
     ),
     Converter(
         "transformers " + " / ".join(_GEMMA) + ", and any transformers class whose code is GemmaRMSNorm's",
         "RMSNorm(convention='gemma')",
-        _either(_named(_GEMMA, ("weight", "eps")),
-                _same_code_as("transformers.models.gemma.modeling_gemma", "GemmaRMSNorm", ("weight", "eps"))),
+        _hf_norm(_GEMMA, "gemma", ("weight", "eps")),
         _hf_rms("gemma", "eps"),
         LAYOUTS["RMSNorm"],
     ),
@@ -556,16 +558,14 @@ CONVERTERS: tuple[Converter, ...] = (
         "transformers Olmo2RMSNorm, and any transformers class whose code is Olmo2RMSNorm's",
         "RMSNorm(convention='torch', eps=variance_epsilon)",
         # weight * h in float32, then the cast to x's dtype: torch's rms_norm with its own eps
-        _either(_named(("Olmo2RMSNorm",), ("weight", "variance_epsilon")),
-                _same_code_as("transformers.models.olmo2.modeling_olmo2", "Olmo2RMSNorm", ("weight", "variance_epsilon"))),
+        _hf_norm(("Olmo2RMSNorm",), "olmo2", ("weight", "variance_epsilon")),
         _hf_rms("torch", "variance_epsilon"),
         LAYOUTS["RMSNorm"],
     ),
     Converter(
         "transformers T5LayerNorm, and any transformers class whose code is T5LayerNorm's",
         "RMSNorm(convention='t5')",
-        _either(_named(("T5LayerNorm",), ("weight", "variance_epsilon")),
-                _same_code_as("transformers.models.t5.modeling_t5", "T5LayerNorm", ("weight", "variance_epsilon"))),
+        _hf_norm(("T5LayerNorm",), "t5", ("weight", "variance_epsilon")),
         _hf_rms("t5", "variance_epsilon"),
         LAYOUTS["RMSNorm"],
     ),
