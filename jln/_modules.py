@@ -346,10 +346,12 @@ class AdaptiveLayerNormConfig:
     axis_index_groups: Any = None
     scale_init: Any = None  # the norm's scale and bias; None: ones and zeros
     bias_init: Any = None
+    proj_kernel_init: Any = None  # the Dense proj; None: torch's nn.Linear init
+    proj_bias_init: Any = None
 
     def __post_init__(self) -> None:
         fn = "jln AdaptiveLayerNorm"
-        check_inits(self, fn)
+        check_inits(self, fn, ("scale_init", "bias_init", "proj_kernel_init", "proj_bias_init"))
         names = resolve_order(self.order, fn)
         if not {"shift", "scale"} <= set(names):
             raise ValueError(
@@ -363,7 +365,8 @@ class AdaptiveLayerNormConfig:
 def adaptive_layer_norm_specs(cfg: AdaptiveLayerNormConfig, cond_features: int, features: int) -> dict[str, Any]:
     k = len(resolve_order(cfg.order, "jln AdaptiveLayerNorm"))
     return {
-        "proj": dense_specs(cond_features, k * features),
+        "proj": dense_specs(cond_features, k * features, kernel_init=cfg.proj_kernel_init,
+                            bias_init=cfg.proj_bias_init),
         "norm": layer_norm_specs(
             LayerNormConfig(use_scale=cfg.use_scale, use_bias=cfg.use_bias, scale_init=cfg.scale_init,
                             bias_init=cfg.bias_init), (features,)),
@@ -396,9 +399,12 @@ class AdaLNZeroConfig:
     monitor: bool = False
     axis_name: Any = None  # distributed: mesh axis splitting the feature axis
     axis_index_groups: Any = None
+    linear_kernel_init: Any = None  # the Dense linear; None: zeros (adaLN-Zero)
+    linear_bias_init: Any = None
 
     def __post_init__(self) -> None:
         fn = "jln AdaLNZero"
+        check_inits(self, fn, ("linear_kernel_init", "linear_bias_init"))
         if self.num_chunks not in (6, 3):
             raise ValueError(
                 f"{fn}: `num_chunks` must be 6 (DiT / AdaLayerNormZero) or 3 "
@@ -409,7 +415,9 @@ class AdaLNZeroConfig:
 
 
 def ada_ln_zero_specs(cfg: AdaLNZeroConfig, cond_features: int, features: int) -> dict[str, Any]:
-    return {"linear": dense_specs(cond_features, cfg.num_chunks * features, use_bias=cfg.use_bias, zero=True)}
+    kernel, bias = cfg.linear_kernel_init or zeros, cfg.linear_bias_init or zeros
+    return {"linear": dense_specs(cond_features, cfg.num_chunks * features, use_bias=cfg.use_bias,
+                                  kernel_init=kernel, bias_init=bias)}
 
 
 def apply_ada_ln_zero(params: Params, x: Array, emb: Array, cfg: AdaLNZeroConfig) -> tuple[tuple[Array, ...], Stats]:
@@ -446,17 +454,21 @@ class AdaLNContinuousConfig:
     axis_index_groups: Any = None
     scale_init: Any = None  # the norm's scale and bias (elementwise_affine); None: ones and zeros
     bias_init: Any = None
+    linear_kernel_init: Any = None  # the Dense linear; None: torch's nn.Linear init
+    linear_bias_init: Any = None
 
     def __post_init__(self) -> None:
         fn = "jln AdaLNContinuous"
-        check_inits(self, fn)
+        check_inits(self, fn, ("scale_init", "bias_init", "linear_kernel_init", "linear_bias_init"))
         _checks.check_choice(self.norm_type, "norm_type", NORM_TYPES, fn)
         _checks.check_eps(self.eps, fn)
         _check_common(self, fn)
 
 
 def ada_ln_continuous_specs(cfg: AdaLNContinuousConfig, cond_features: int, features: int) -> dict[str, Any]:
-    specs: dict[str, Any] = {"linear": dense_specs(cond_features, 2 * features, use_bias=cfg.use_bias)}
+    specs: dict[str, Any] = {"linear": dense_specs(cond_features, 2 * features, use_bias=cfg.use_bias,
+                                                   kernel_init=cfg.linear_kernel_init,
+                                                   bias_init=cfg.linear_bias_init)}
     if cfg.elementwise_affine:
         # diffusers: `bias` switches the Linear's and the LayerNorm's bias; its RMSNorm has none
         ln_bias = cfg.use_bias and cfg.norm_type == "layer_norm"

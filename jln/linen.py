@@ -221,6 +221,8 @@ class AdaptiveLayerNorm(nn.Module):
         (``P(axis)``) gives every device its blocks; ``cond`` is replicated over ``axis_name``.
       scale_init, bias_init: the LayerNorm's ``scale`` and ``bias`` initializers, as
         :class:`LayerNorm`'s.
+      proj_kernel_init, proj_bias_init: ``proj``'s kernel and bias initializers; ``None``
+        gives torch ``nn.Linear``'s (kernel and bias U(±1/√cond_features)).
 
     Returns (``__call__(x, cond)``): ``x [B, ..., d]`` modulated by ``cond [B, c]`` (broadcast
     over the token axes) or ``cond`` with ``x``'s leading shape; dtype ``x.dtype``.
@@ -251,6 +253,8 @@ class AdaptiveLayerNorm(nn.Module):
     axis_index_groups: Any = None
     scale_init: Any = None
     bias_init: Any = None
+    proj_kernel_init: Any = None
+    proj_bias_init: Any = None
 
     @nn.compact
     def __call__(self, x: Array, cond: Array) -> Array:
@@ -278,6 +282,8 @@ class AdaLNZero(nn.Module):
       dtype, param_dtype, impl, monitor, axis_name, axis_index_groups: as
         :class:`AdaptiveLayerNorm` (with ``axis_name``, lay out ``linear`` with
         :func:`jln.shard_chunks`; the returned gates are local blocks too).
+      linear_kernel_init, linear_bias_init: ``linear``'s kernel and bias initializers;
+        ``None`` gives zeros (adaLN-Zero).
 
     Returns (``__call__(x, emb)``): ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp)`` for 6
     chunks, ``(x_mod, gate_msa)`` for 3; ``x_mod`` like ``x``, the others ``[B, d]``.
@@ -304,6 +310,8 @@ class AdaLNZero(nn.Module):
     monitor: bool = False
     axis_name: Any = None
     axis_index_groups: Any = None
+    linear_kernel_init: Any = None
+    linear_bias_init: Any = None
 
     @nn.compact
     def __call__(self, x: Array, emb: Array) -> tuple[Array, ...]:
@@ -333,6 +341,8 @@ class AdaLNContinuous(nn.Module):
         :func:`jln.shard_chunks`).
       scale_init, bias_init: the norm's ``scale`` and ``bias`` initializers (with
         ``elementwise_affine``), as :class:`LayerNorm`'s.
+      linear_kernel_init, linear_bias_init: ``linear``'s kernel and bias initializers;
+        ``None`` gives torch ``nn.Linear``'s.
 
     Returns (``__call__(x, cond)``): array like ``x``.
 
@@ -361,6 +371,8 @@ class AdaLNContinuous(nn.Module):
     axis_index_groups: Any = None
     scale_init: Any = None
     bias_init: Any = None
+    linear_kernel_init: Any = None
+    linear_bias_init: Any = None
 
     @nn.compact
     def __call__(self, x: Array, cond: Array) -> Array:

@@ -213,7 +213,7 @@ class AdaptiveLayerNorm(nnx.Module):
       cond_features: size of ``cond``'s last axis.
       features: d, the size of ``x``'s last axis.
       eps, order, use_scale, use_bias, dtype, param_dtype, impl, monitor, axis_name,
-        axis_index_groups, scale_init, bias_init: as linen.
+        axis_index_groups, scale_init, bias_init, proj_kernel_init, proj_bias_init: as linen.
       rngs: ``nnx.Rngs`` for the Dense kernel init.
 
     Returns (``__call__(x, cond)``): array like ``x``.
@@ -248,12 +248,15 @@ class AdaptiveLayerNorm(nnx.Module):
         axis_index_groups: Any = None,
         scale_init: Any = None,
         bias_init: Any = None,
+        proj_kernel_init: Any = None,
+        proj_bias_init: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         fn = "jln.nnx.AdaptiveLayerNorm"
         self.cfg = M.AdaptiveLayerNormConfig(
             eps=eps, order=order, use_scale=use_scale, use_bias=use_bias, dtype=dtype, impl=impl, monitor=monitor,
             axis_name=axis_name, axis_index_groups=axis_index_groups, scale_init=scale_init, bias_init=bias_init,
+            proj_kernel_init=proj_kernel_init, proj_bias_init=proj_bias_init,
         )
         specs = M.adaptive_layer_norm_specs(
             self.cfg, M.check_positive(cond_features, "cond_features", fn), M.check_positive(features, "features", fn)
@@ -276,8 +279,9 @@ class AdaLNZero(nnx.Module):
       cond_features: size of ``emb``'s last axis.
       features: d.
       num_chunks, eps, use_bias, dtype, param_dtype, impl, monitor, axis_name,
-        axis_index_groups: as linen.
-      rngs: accepted for uniformity (the zero init needs no key).
+        axis_index_groups, linear_kernel_init, linear_bias_init: as linen.
+      rngs: ``nnx.Rngs``, needed only by a random ``linear_kernel_init``/``linear_bias_init``
+        (the default zero init takes no key).
 
     Returns (``__call__(x, emb)``): ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp)`` (6
     chunks) or ``(x_mod, gate_msa)`` (3).
@@ -307,12 +311,15 @@ class AdaLNZero(nnx.Module):
         monitor: bool = False,
         axis_name: Any = None,
         axis_index_groups: Any = None,
+        linear_kernel_init: Any = None,
+        linear_bias_init: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         fn = "jln.nnx.AdaLNZero"
         self.cfg = M.AdaLNZeroConfig(
             num_chunks=num_chunks, eps=eps, use_bias=use_bias, dtype=dtype, impl=impl, monitor=monitor,
-            axis_name=axis_name, axis_index_groups=axis_index_groups,
+            axis_name=axis_name, axis_index_groups=axis_index_groups, linear_kernel_init=linear_kernel_init,
+            linear_bias_init=linear_bias_init,
         )
         specs = M.ada_ln_zero_specs(
             self.cfg, M.check_positive(cond_features, "cond_features", fn), M.check_positive(features, "features", fn)
@@ -335,7 +342,7 @@ class AdaLNContinuous(nnx.Module):
       cond_features: size of ``cond``'s last axis.
       features: d.
       eps, elementwise_affine, use_bias, norm_type, dtype, param_dtype, impl, monitor, axis_name,
-        axis_index_groups, scale_init, bias_init: as linen.
+        axis_index_groups, scale_init, bias_init, linear_kernel_init, linear_bias_init: as linen.
       rngs: ``nnx.Rngs`` for the Dense kernel init.
 
     Returns (``__call__(x, cond)``): array like ``x``.
@@ -368,13 +375,16 @@ class AdaLNContinuous(nnx.Module):
         axis_index_groups: Any = None,
         scale_init: Any = None,
         bias_init: Any = None,
+        linear_kernel_init: Any = None,
+        linear_bias_init: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         fn = "jln.nnx.AdaLNContinuous"
         self.cfg = M.AdaLNContinuousConfig(
             eps=eps, elementwise_affine=elementwise_affine, use_bias=use_bias, norm_type=norm_type,
             dtype=dtype, impl=impl, monitor=monitor, axis_name=axis_name, axis_index_groups=axis_index_groups,
-            scale_init=scale_init, bias_init=bias_init,
+            scale_init=scale_init, bias_init=bias_init, linear_kernel_init=linear_kernel_init,
+            linear_bias_init=linear_bias_init,
         )
         specs = M.ada_ln_continuous_specs(
             self.cfg, M.check_positive(cond_features, "cond_features", fn), M.check_positive(features, "features", fn)

@@ -232,6 +232,40 @@ def test_norm_initializers(kind):
     np.testing.assert_array_equal(nm(*args), want)
 
 
+@pytest.mark.parametrize("name", ["AdaptiveLayerNorm", "AdaLNZero", "AdaLNContinuous"])
+def test_adaptive_projection_initializers(name):
+    # the conditioning Dense (proj / linear) starts at its documented default, and its own
+    # kernel/bias initializers replace that default, the same in linen and nnx
+    prefix, group = ("proj", "proj") if name == "AdaptiveLayerNorm" else ("linear", "linear")
+    d, c = 4, 16
+    x, cond = jnp.ones((2, 3, d)), jnp.ones((2, c))
+
+    def trees(**kw):
+        lin = getattr(L, name)(features=d, **kw).init(jax.random.key(0), x, cond)["params"]
+        nn_ = nnx.state(getattr(N, name)(c, d, **kw, rngs=nnx.Rngs(0)), nnx.Param).to_pure_dict()
+        return lin[group], nn_[group]
+
+    for tree in trees():
+        assert tree["kernel"].shape == (c, (6 if name == "AdaLNZero" else 2) * d)
+        if name == "AdaLNZero":  # adaLN-Zero
+            np.testing.assert_array_equal(tree["kernel"], 0)
+            np.testing.assert_array_equal(tree["bias"], 0)
+        else:  # torch nn.Linear: kernel and bias U(±1/sqrt(fan_in)), fan_in = c
+            bound = 1 / math.sqrt(c)
+            for v in (tree["kernel"], tree["bias"]):
+                assert 0 < float(jnp.max(jnp.abs(v))) <= bound
+    inits = {f"{prefix}_kernel_init": jax.nn.initializers.constant(0.25),
+             f"{prefix}_bias_init": jax.nn.initializers.constant(-0.5)}
+    for tree in trees(**inits):
+        np.testing.assert_array_equal(tree["kernel"], 0.25)
+        np.testing.assert_array_equal(tree["bias"], -0.5)
+    with pytest.raises(TypeError, match=rf"{name}.*{prefix}_kernel_init.*received 'xavier'"):
+        getattr(N, name)(c, d, **{f"{prefix}_kernel_init": "xavier"}, rngs=nnx.Rngs(0))
+    if name == "AdaLNZero":  # a random init needs rngs, as every nnx Dense does
+        with pytest.raises(TypeError, match="rngs"):
+            N.AdaLNZero(c, d, linear_kernel_init=jax.nn.initializers.normal(1.0))
+
+
 def test_norm_initializers_take_keys_and_sharding_annotations():
     import flax.linen as nn
 
