@@ -96,7 +96,9 @@ def expand_condition(c: Any, x_shape: tuple[int, ...], name: str, fn: str) -> Ar
         return c.reshape(shape[:-1] + (1,) * (nd - c.ndim) + shape[-1:])
     raise ValueError(
         f"{fn}: `{name}` must have shape [D], [B, D] (per example, broadcast over the token "
-        f"axes), x.shape, or x's rank with size-1 axes to broadcast (e.g. [B, 1, D]); received {name}.shape={shape} for x.shape={tuple(x_shape)}."
+        f"axes), x.shape, or x's rank with size-1 axes to broadcast (e.g. [B, 1, D]; a per-token "
+        f"condition shared over the batch is [1, T, D]); received {name}.shape={shape} for "
+        f"x.shape={tuple(x_shape)}."
     )
 
 
@@ -113,6 +115,8 @@ def modulate(x: Array, shift: Array | None, scale: Array | None, *, scale_offset
     Args:
       x: floating array ``[B, ..., D]``.
       shift: ``[D]``, ``[B, D]`` (broadcast over the token axes, as DiT) or ``x.shape``; or None.
+        A 2-D condition is always read as ``[B, D]``: give one shared over the batch but per
+        token (torch's ``[T, D]`` broadcasting) as ``[1, T, D]``.
       scale: same shapes as ``shift``; or None.
       scale_offset: the constant added to ``scale``: 1 for DiT/adaLN, 0 for plain FiLM.
 
