@@ -64,18 +64,34 @@ def round_to(v: Array, dtype: Any) -> Array:
     ``xla_allow_excess_precision`` (so a jitted ``x + residual`` in bfloat16 would reach the
     norm unrounded): ``lax.reduce_precision`` is an op XLA keeps. ``reduce_precision`` flushes
     float16 subnormals, so those (multiples of 2**-24) are rounded explicitly, half to even.
+
+    The derivative is a cast's: the identity (straight through). The tangent is not rounded
+    here; where the computation meets a narrower dtype, that ``astype`` rounds it, keeping
+    subnormals, as torch's backward rounds a gradient to its input's dtype.
     """
     dtype = jnp.dtype(dtype)
     if jnp.finfo(dtype).bits >= jnp.finfo(v.dtype).bits:
         return v
+    return _rounded(v, dtype)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _rounded(v: Array, dtype: jnp.dtype) -> Array:
     fi = jnp.finfo(dtype)
     rounded = lax.reduce_precision(v, exponent_bits=fi.nexp, mantissa_bits=fi.nmant)
     if dtype == jnp.float16:
         step = float(fi.smallest_subnormal)  # 2**-24, exact in float32
-        # straight-through derivative, like a cast's (round() alone would have derivative 0)
-        subnormal = v + lax.stop_gradient(jnp.round(v / step) * step - v)
+        subnormal = jnp.round(v / step) * step
         rounded = jnp.where(jnp.abs(v) < float(fi.smallest_normal), subnormal, rounded)
     return rounded
+
+
+@_rounded.defjvp
+def _rounded_jvp(dtype: jnp.dtype, primals: tuple[Array], tangents: tuple[Array]) -> tuple[Array, Array]:
+    # reduce_precision's own (linear) rule would round the tangent and, for float16, flush
+    # every tangent or cotangent below 2**-14 to zero (half of a small float16 gradient)
+    (v,), (dv,) = primals, tangents
+    return _rounded(v, dtype), dv
 
 
 def upcast(x: Array) -> Array:
@@ -169,10 +185,14 @@ def _rsqrt(v: Array) -> Array:
 @_rsqrt.defjvp
 def _rsqrt_jvp(primals: tuple[Array], tangents: tuple[Array]) -> tuple[Array, Array]:
     # d rsqrt(v) = -1/2 rsqrt(v)^3 dv: written with the result alone, so that reverse mode
-    # needs only the saved rstd and never recomputes the variance in the backward pass.
+    # needs only the saved rstd and never recomputes the variance in the backward pass. dv
+    # is multiplied by r one factor at a time: dv scales as v and r as v^-1/2, so every
+    # partial product stays in range where r^3 alone leaves float32's normal range (rows
+    # with std above ~5e12, or below ~1e-13 with eps=0; those gradients came out 0 or NaN).
+    # Reverse mode applies the same factors to the cotangent in the opposite order.
     (v,), (dv,) = primals, tangents
     r = lax.rsqrt(v)
-    return r, -0.5 * (r * r * r) * dv
+    return r, -0.5 * (((dv * r) * r) * r)
 
 
 def centered(

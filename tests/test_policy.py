@@ -285,3 +285,67 @@ def test_float16_subnormal_inputs_keep_their_gradient():
     (torch.nn.functional.rms_norm(xt, (4,)).float() * torch.arange(1.0, 5.0)).sum().backward()
     assert abs(float(g[0, 0])) > 0.1
     np.testing.assert_allclose(np.asarray(g, np.float32), xt.grad.float().numpy(), rtol=2e-3, atol=2e-3)
+
+
+def _torch64_grad(fn, x, g):
+    xt = torch.from_numpy(np.asarray(x, np.float64)).requires_grad_(True)
+    (fn(xt) * torch.from_numpy(np.asarray(g, np.float64))).sum().backward()
+    return xt.grad.numpy()
+
+
+_TORCH_FORMS = {
+    "layer_norm": (lambda x, impl: jln.layer_norm(x, impl=impl), lambda t: torch.nn.functional.layer_norm(t, t.shape[-1:])),
+    "rms_norm": (lambda x, impl: jln.rms_norm(x, impl=impl),
+                 lambda t: torch.nn.functional.rms_norm(t, t.shape[-1:], eps=float(np.finfo(np.float32).eps))),
+    "add_layer_norm": (lambda x, impl: jln.add_layer_norm(x, x, impl=impl)[0],
+                       lambda t: torch.nn.functional.layer_norm(2 * t, t.shape[-1:])),
+}
+
+
+@pytest.mark.parametrize("impl", ["xla", "auto"])
+@pytest.mark.parametrize("op", sorted(_TORCH_FORMS))
+def test_small_float16_gradients_are_not_flushed(op, impl):
+    # a float16 cotangent below float16's smallest normal (2**-14, e.g. an unscaled loss's
+    # gradient) must come back as torch gives it, rounded to float16 with subnormals: the input
+    # rounding's derivative once flushed every such value to 0 on the XLA path (half the entries)
+    r = np.random.default_rng(11)
+    x = r.standard_normal((8, 64)).astype(np.float16)
+    g = (1e-4 * r.standard_normal((8, 64))).astype(np.float16)
+    ours, theirs = _TORCH_FORMS[op]
+    ref = _torch64_grad(theirs, x, g)
+    dx = jax.vjp(lambda v: ours(v, impl), jnp.asarray(x))[1](jnp.asarray(g))[0]
+    assert dx.dtype == jnp.float16
+    dx = np.asarray(dx, np.float64)
+    assert np.count_nonzero(dx) == np.count_nonzero(ref) == dx.size
+    _within_float16_ulp(dx, ref)
+    # forward mode: the tangent passes the input rounding unchanged (and is rounded to float16
+    # with the output)
+    tan = jax.jvp(lambda v: ours(v, impl), (jnp.asarray(x),), (jnp.asarray(g),))[1]
+    _, t_tan = torch.func.jvp(theirs, (torch.from_numpy(x.astype(np.float64)),), (torch.from_numpy(g.astype(np.float64)),))
+    assert tan.dtype == jnp.float16 and np.count_nonzero(np.asarray(tan)) == tan.size
+    _within_float16_ulp(np.asarray(tan, np.float64), t_tan.numpy())
+
+
+def _within_float16_ulp(got, ref):
+    """``got`` is ``ref`` (float64) rounded to float16, subnormals kept, give or take one ulp
+    of float16 (the float32 arithmetic before the rounding)."""
+    ulp = np.spacing(np.abs(ref).astype(np.float16)).astype(np.float64)
+    assert np.all(np.abs(got - ref) <= ulp), np.max(np.abs(got - ref) / ulp)
+
+
+@pytest.mark.parametrize("impl", ["xla", "auto", "pallas"])
+@pytest.mark.parametrize("scale,eps", [(1e13, 1e-5), (1e-14, 0.0)])
+def test_gradients_where_rstd_cubed_leaves_float32_range(scale, eps, impl):
+    # d rstd/d var = -rstd^3/2: a row with std 1e13 (rstd^3 = 1e-39) or, with eps=0, 1e-14
+    # (rstd^3 = 1e42) once gave dx 18% off or NaN on the XLA path and in forward mode
+    r = np.random.default_rng(12)
+    x = (r.standard_normal((2, 8)) * scale).astype(np.float32)
+    g = r.standard_normal((2, 8)).astype(np.float32)
+    for ours, theirs in (
+        (lambda v: jln.layer_norm(v, eps=eps, impl=impl), lambda t: torch.nn.functional.layer_norm(t, (8,), eps=eps)),
+        (lambda v: jln.rms_norm(v, eps=eps, impl=impl), lambda t: torch.nn.functional.rms_norm(t, (8,), eps=eps)),
+    ):
+        ref = _torch64_grad(theirs, x, g)
+        loss = lambda v, ours=ours: jnp.sum(ours(v) * g)  # noqa: E731
+        for got in (jax.grad(loss)(jnp.asarray(x)), jax.jacfwd(loss)(jnp.asarray(x))):
+            np.testing.assert_allclose(np.asarray(got, np.float64), ref, rtol=0, atol=2e-6 * np.abs(ref).max())
