@@ -214,8 +214,17 @@ def adaptive_layer_norm(
             f"{fn}: `use` names chunks {missing} that order {tuple(chunks)} does not have."
         )
     axes, eps_f, s, b = _layer_norm.prepare(fn, x, scale, bias, axis, eps)
-    sh = expand_condition(chunks[use[0]], x.shape, use[0], fn)
-    sc = expand_condition(chunks[use[1]], x.shape, use[1], fn)
+    try:
+        sh = expand_condition(chunks[use[0]], x.shape, use[0], fn)
+        sc = expand_condition(chunks[use[1]], x.shape, use[1], fn)
+    except ValueError as e:  # the chunks come from emb: say so
+        raise ValueError(
+            f"{fn}: `emb` (shape {tuple(jnp.shape(emb))}, split into {len(chunks)} chunks of "
+            f"its last axis) does not fit x.shape={tuple(x.shape)}: each chunk, here "
+            f"{tuple(chunks[use[0]].shape)}, must be [D], [B, D] or x's shape, so emb is "
+            f"[{len(chunks)}*D], [B, {len(chunks)}*D] or x's leading shape with {len(chunks)}*D "
+            f"features. Details: {e}"
+        ) from e
     mod_dtype = _stats.promote(x.dtype, sh.dtype, sc.dtype)
     name, groups = _checks.check_axis_name(axis_name, axis_index_groups, fn)  # distributed
     y = _layer_norm.ln_apply(

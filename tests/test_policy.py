@@ -273,8 +273,11 @@ def test_other_bad_options():
         jln.add_layer_norm(jnp.ones((2, 3)), jnp.ones((3, 2)))
     with pytest.raises(ValueError, match="6 equal chunks"):
         jln.adaptive_layer_norm(jnp.ones((2, 5, 4)), jnp.ones((2, 20)), order="dit")
-    with pytest.raises(ValueError, match=r"\[B, D\]"):
+    with pytest.raises(ValueError, match=r"\[B, D\].*\[1, T, D\]"):
         jln.modulate(jnp.ones((2, 5, 4)), jnp.ones((3, 4)), None)
+    # a batch mismatch in emb is blamed on emb (the argument passed), not on its chunks' names
+    with pytest.raises(ValueError, match=r"`emb` \(shape \(3, 8\).*x.shape=\(2, 5, 4\)"):
+        jln.adaptive_layer_norm(jnp.ones((2, 5, 4)), jnp.ones((3, 8)))
 
 
 def test_float16_subnormal_inputs_keep_their_gradient():
