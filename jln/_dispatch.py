@@ -8,7 +8,7 @@ from typing import Any
 
 import jax
 
-from jln import _checks, _distributed, _eager
+from jln import _checks, _distributed, _eager, _stats
 
 IMPLS = ("auto", "xla", "pallas", "native")
 
@@ -32,6 +32,15 @@ def choose(
     from jln.kernels import _cpu
 
     backend = platform_of(x)
+    tiny = static.get("eps") is not None and _stats.tiny_eps(static["eps"], x.dtype)
+    if tiny and impl != "auto":
+        raise ValueError(
+            f"{fn}: impl={impl!r} is not available for eps={static['eps']!r}: the kernels take "
+            f"eps >= 2**-101; a smaller eps (e.g. 0) runs on the XLA path, which finds "
+            f"variances below float32's normal range. Use impl='xla' or 'auto', or a larger eps."
+        )
+    if tiny:
+        return "xla"
     if impl == "native":
         why = _cpu.unsupported_reason(op, x, operands, axis_name, static, backend=backend)
         if why is not None:

@@ -73,7 +73,7 @@ def ln_body(
     gathered per-shard row statistics when the rows are split across ``axis_name``).
     """
     _, d, var = _stats.centered(_stats.upcast(x), axes, axis_name, axis_index_groups)
-    y = d * _stats.inv_std(var, eps)
+    y = d * _stats.inv_std_of(d, axes, eps, var, axis_name, axis_index_groups)
     return ln_affine(y, scale, bias, shift, mscale, out_dtype=out_dtype, mod_offset=mod_offset, mod_dtype=mod_dtype)
 
 
@@ -188,7 +188,9 @@ def layer_norm(
       bias: optional offset with the same shape (torch's ``bias``).
       axis: int or tuple of ints to normalize over. torch's ``normalized_shape`` of length k
         is ``axis=tuple(range(-k, 0))``.
-      eps: added to the variance inside the square root; torch's default 1e-5.
+      eps: added to the variance inside the square root; torch's default 1e-5. Below
+        2**-101 (e.g. 0) each row's squares are summed scaled by a power of two (on the XLA
+        path), so a row whose variance lies outside float32's normal range still normalizes.
       impl: ``"auto"`` (on a single-device CPU backend jln's native CPU kernels where they
         apply; on a GPU the Pallas kernels, for rows up to 16384 wide; else XLA), ``"xla"``,
         ``"native"`` (the CPU kernels, or ``ValueError`` saying why not) or ``"pallas"``

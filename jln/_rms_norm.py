@@ -108,7 +108,7 @@ def rms_body(
         denom = seed_denominator(sum_sq, n, eps, io_dtype)
         denom = _stats.checkpoint_name(denom, _stats.STAT_NAMES[1])
         return rms_affine(x32 / denom, scale, bias, **static)
-    h = x32 * _stats.inv_std(_stats.mean_square(x32, axes, axis_name, axis_index_groups), eps)
+    h = x32 * _stats.inv_std_of(x32, axes, eps, None, axis_name, axis_index_groups)
     return rms_affine(h, scale, bias, **static)
 
 
@@ -260,7 +260,8 @@ def rms_norm(
       scale: optional weight with the shape of ``x`` at ``axis``. Its dtype decides the output
         dtype in the llama, t5, diffusers and seed conventions, as in those references.
       axis: int or tuple of ints to normalize over.
-      eps: see the table; ``None`` picks the convention's default.
+      eps: see the table; ``None`` picks the convention's default. Below 2**-101 (e.g. 0)
+        the mean square is taken on rows scaled by a power of two, as in :func:`layer_norm`.
       convention: one of the names above.
       bias: diffusers' optional bias (``convention="diffusers"`` only).
       impl: ``"auto"``, ``"xla"``, ``"native"`` or ``"pallas"``, as in :func:`jln.layer_norm`.

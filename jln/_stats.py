@@ -65,9 +65,11 @@ def round_to(v: Array, dtype: Any) -> Array:
     norm unrounded): ``lax.reduce_precision`` is an op XLA keeps. ``reduce_precision`` flushes
     float16 subnormals, so those (multiples of 2**-24) are rounded explicitly, half to even.
 
-    The derivative is a cast's: the identity (straight through). The tangent is not rounded
-    here; where the computation meets a narrower dtype, that ``astype`` rounds it, keeping
-    subnormals, as torch's backward rounds a gradient to its input's dtype.
+    The derivative rounds the tangent (and, in reverse mode, the cotangent) to ``dtype``'s
+    precision, as torch's gradient is in ``dtype`` wherever its forward computes in it, but
+    with one more exponent bit for float16: ``reduce_precision``'s own rule flushed every
+    float16 tangent below 2**-14 to zero (half of a small float16 gradient); those now keep
+    10 significant bits, where torch keeps float16's subnormal steps of 2**-24.
     """
     dtype = jnp.dtype(dtype)
     if jnp.finfo(dtype).bits >= jnp.finfo(v.dtype).bits:
@@ -88,10 +90,11 @@ def _rounded(v: Array, dtype: jnp.dtype) -> Array:
 
 @_rounded.defjvp
 def _rounded_jvp(dtype: jnp.dtype, primals: tuple[Array], tangents: tuple[Array]) -> tuple[Array, Array]:
-    # reduce_precision's own (linear) rule would round the tangent and, for float16, flush
-    # every tangent or cotangent below 2**-14 to zero (half of a small float16 gradient)
+    # linear in dv (reduce_precision is its own transpose), so reverse mode rounds the same
     (v,), (dv,) = primals, tangents
-    return _rounded(v, dtype), dv
+    fi = jnp.finfo(dtype)
+    extra = 1 if dtype == jnp.float16 else 0
+    return _rounded(v, dtype), lax.reduce_precision(dv, exponent_bits=fi.nexp + extra, mantissa_bits=fi.nmant)
 
 
 def upcast(x: Array) -> Array:
@@ -218,6 +221,46 @@ def centered(
 def inv_std(var: Array, eps: float) -> Array:
     """``1 / sqrt(var + eps)`` with the derivative rule above, tagged for the remat policy."""
     return checkpoint_name(_rsqrt(var + eps), STAT_NAMES[1])
+
+
+def tiny_eps(eps: float, dtype: Any) -> bool:
+    """Whether ``eps`` is too small to stand in for a variance below the statistics dtype's
+    normal range (float32: eps < 2**-101, e.g. eps=0).
+
+    XLA flushes subnormal results to zero, so the squares of a row with std below ~1e-19
+    (float32 statistics) sum to 0 and ``1/sqrt(0 + eps)`` is inf or far off, where torch (which
+    keeps subnormals) is finite. An eps at least ``2**(nmant + 2)`` times the smallest normal
+    hides any flushed variance below the statistics dtype's rounding; a smaller one takes
+    :func:`inv_std_of`'s scaled sum.
+    """
+    fi = jnp.finfo(stats_dtype(dtype))
+    return float(eps) < float(fi.smallest_normal) * 2.0 ** (fi.nmant + 2)
+
+
+def inv_std_of(
+    v: Array, axes: tuple[int, ...], eps: float, var: Array | None = None,
+    axis_name: Any = None, axis_index_groups: Any = None,
+) -> Array:
+    """``1 / sqrt(mean(v^2) + eps)`` for ``v`` centered (LayerNorm) or not (RMSNorm).
+
+    ``var`` is ``mean(v^2)`` when the caller has it. With a :func:`tiny_eps` the squares are
+    summed after scaling each row by the power of two that brings its largest ``|v|`` to
+    [0.5, 1) (exact, outside autodiff; at most ``2**(maxexp/2)``, so ``eps`` scaled alike stays
+    finite): a row's variance is then found down to the statistics dtype's smallest normal
+    magnitudes, where the plain sum flushes it to 0.
+    """
+    if not tiny_eps(eps, v.dtype):
+        if var is None:
+            var = mean_square(v, axes, axis_name, axis_index_groups)
+        return inv_std(var, eps)
+    top = lax.stop_gradient(jnp.max(jnp.abs(v), axis=axes, keepdims=True))
+    if axis_name is not None:
+        top = _collective(lax.pmax, top, axis_name, axis_index_groups)
+    _, e = jnp.frexp(top)  # top = m * 2**e, m in [0.5, 1)
+    e = jnp.maximum(e, -(jnp.finfo(v.dtype).maxexp // 2))
+    down = jnp.ldexp(jnp.ones_like(top), -e)
+    var_down = mean_square(v * down, axes, axis_name, axis_index_groups)
+    return checkpoint_name(_rsqrt(var_down + (eps * down) * down) * down, STAT_NAMES[1])
 
 
 def sum_square(

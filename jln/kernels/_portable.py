@@ -61,6 +61,9 @@ def _eval(jaxpr: Any, consts: Any, args: Any) -> list[Any]:
         elif eqn.primitive.name in ("jit", "pjit") and "jaxpr" in eqn.params:
             inner = eqn.params["jaxpr"]
             outs = _eval(inner.jaxpr, inner.consts, invals)
+        elif eqn.primitive.name == "custom_jvp_call":  # a kernel body is not differentiated
+            inner = eqn.params["call_jaxpr"]
+            outs = _eval(inner.jaxpr, inner.consts, invals)
         else:
             outs = eqn.primitive.bind(*invals, **eqn.params)
             if not eqn.primitive.multiple_results:
