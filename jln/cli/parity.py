@@ -32,7 +32,7 @@ import numpy as np
 
 from jln import _registry
 from jln._dispatch import IMPLS
-from jln.cli import output_path_problem
+from jln.cli import DTYPE_ALIASES, output_path_problem
 from jln.testing import ParityResult, _failed_report, _jax_module, _param_grads, check_matches_torch
 
 Shape = tuple[int, ...]
@@ -55,8 +55,6 @@ FULL_SHAPES: tuple[tuple[Shape, int], ...] = DEFAULT_SHAPES + (
     ((2, 3, 5, 7), 2),
     ((4, 0, 16), 1),
 )
-DTYPE_ALIASES = {"f32": "float32", "fp32": "float32", "f64": "float64", "fp64": "float64",
-                 "bf16": "bfloat16", "f16": "float16", "fp16": "float16", "half": "float16"}
 SHORT_DTYPE = {"float32": "f32", "float64": "f64", "bfloat16": "bf16", "float16": "f16"}
 INSTALL_TORCH = "pip install 'jln[torch]'"
 
