@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from jln import _registry
+from jln._compare import ulp_text
 from jln._dispatch import IMPLS
 from jln.cli import DTYPE_ALIASES, output_path_problem
 from jln.testing import ParityResult, _failed_report, _jax_module, _param_grads, check_matches_torch
@@ -321,8 +322,9 @@ def _rows(cases: Sequence[Case], failures_only: bool) -> list[list[str]]:
         op = c.op + (f" ({c.variant})" if c.variant else "")
         if c.skipped:
             if not failures_only:
+                # the reason goes in the last column, which is not padded: it is shown whole
                 rows.append([op, SHORT_DTYPE.get(c.dtype, c.dtype), "-", _fmt_shape(c.shape, c.k), "-", "skip",
-                             c.skipped[:60], "", "", ""])
+                             "", "", "", c.skipped])
             continue
         for r in c.results:
             if failures_only and r.passed:
@@ -331,7 +333,7 @@ def _rows(cases: Sequence[Case], failures_only: bool) -> list[list[str]]:
             bound = "exact" if rep.exact_rule else _num(rep.bound)
             rows.append([
                 op, SHORT_DTYPE.get(c.dtype, c.dtype), r.direction, _fmt_shape(c.shape, c.k), r.output,
-                "pass" if r.passed else "FAIL", _num(rep.max_abs_err), bound, str(rep.max_ulp),
+                "pass" if r.passed else "FAIL", _num(rep.max_abs_err), bound, ulp_text(rep.max_ulp),
                 f"{rep.frac_bitexact:.4f}" + (f"  {r.note}" if r.note else ""),
             ])
     return rows
@@ -346,6 +348,17 @@ def _table(rows: list[list[str]]) -> str:
     for r in rows:
         lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)).rstrip())
     return "\n".join(lines)
+
+
+#: Printed under the table: what each measure is measured against.
+LEGEND = (
+    "max_abs_err: max |jln - reference|, the reference being torch's function evaluated in float64; "
+    "bound: what max_abs_err may reach (2 x torch's own error against that reference + a small atol), "
+    "'exact' where the half-precision bit-exact rule applies instead. max_ulp and frac_bitexact compare "
+    "jln with torch in the same dtype: the largest distance in units in the last place, and the share "
+    "of bit-identical elements ('nan' where a NaN meets a number). Skipped cases give their reason "
+    "in the last column."
+)
 
 
 def _versions() -> dict[str, str]:
@@ -476,6 +489,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{m.name:<40} jln.interop.from_torch" + (f" (needs {m.needs})" if m.needs else ""))
         return 0
     try:
+        for flag, value in (("--ops", args.ops), ("--dtypes", args.dtypes)):
+            if value is not None and not _split(value):
+                raise _UsageError(f"jln parity: {flag} {value!r} selects nothing; give names or globs "
+                                  f"(see --list), or leave {flag} out for the whole sweep")
         selected = set(_select(_split(args.ops), names, families, "op"))
         dtype_pats = [DTYPE_ALIASES.get(d, d) for d in _split(args.dtypes)]
         dtypes = _select(dtype_pats, list(_registry.DTYPES), {}, "dtype")
@@ -520,6 +537,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = _rows(cases, args.failures_only)
     if rows:
         print(_table(rows))
+        print()
+        print(LEGEND)
         print()
     summary = (
         f"jln parity: {n_pass} passed, {n_fail} failed, {n_skip} skipped in {elapsed:.1f} s "
