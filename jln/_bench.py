@@ -896,6 +896,10 @@ def markdown(
         lines += ["", "**Partial results:** this run was interrupted before it finished; the cases it had "
                   "not reached are missing from the tables below."]
     heads = list(headline)
+    # reports from before apply_floor held a floor per case: the better of the shape's first copy
+    # and the copy timed beside the case
+    floor = ("the best copy the run measured of the shape" if any("copy_timings" in r for r in report["results"])
+             else "per case, the better of the shape's first copy and the copy timed beside the case")
     who = heads[0] if len(heads) == 1 else "the table's headline impl"
     lines += [
         "",
@@ -905,7 +909,7 @@ def markdown(
         "*jln-xla* forces the XLA path, *jln-pallas* the Pallas kernels. "
         f"*% copy* is {who}'s "
         "effective bandwidth as a share of a copy of the same bytes in the same run (100% = at "
-        "the memory floor; the best copy the run measured of the shape, the faster of an elementwise XLA copy and torch's `copy_` on the same "
+        "the memory floor; " + floor + ", the faster of an elementwise XLA copy and torch's `copy_` on the same "
         "device, over input buffers spanning four times the last-level cache). *B/elem* is what reverse mode saves for the backward pass per "
         "input element" + (f", {who} / flax" if who != "flax" else " (flax's)") + ". Directions: *fwd* the forward, *bwd* the reverse pass alone "
         "from saved residuals, *fwd+bwd* both in one call; *bwd* and *fwd+bwd* count the "

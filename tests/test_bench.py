@@ -510,6 +510,10 @@ def test_markdown_floor_column_and_flags() -> None:
     assert "Above 100% of copy" in md and "| jln | layer_norm | 1024×256 | float32 | fwd | 125 |" in md, md
     assert "Partial results" not in md
     assert "Partial results" in _bench.markdown(_report(results, interrupted=True))
+    # the floor is described as what the report holds: per case before apply_floor's reports
+    assert "per case, the better of the shape's first copy" in md
+    results[0]["copy_timings"] = 2
+    assert "the best copy the run measured of the shape" in _bench.markdown(_report(results))
 
 
 def test_markdown_headline_wording_and_small_ratios() -> None:
