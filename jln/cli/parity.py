@@ -352,12 +352,13 @@ def _table(rows: list[list[str]]) -> str:
 
 #: Printed under the table: what each measure is measured against.
 LEGEND = (
-    "max_abs_err: max |jln - reference|, the reference being torch's function evaluated in float64; "
-    "bound: what max_abs_err may reach (2 x torch's own error against that reference + a small atol), "
-    "'exact' where the half-precision bit-exact rule applies instead. max_ulp and frac_bitexact compare "
-    "jln with torch in the same dtype: the largest distance in units in the last place, and the share "
-    "of bit-identical elements ('nan' where a NaN meets a number). Skipped cases give their reason "
-    "in the last column."
+    "max_abs_err    max |jln - reference|, the reference being torch's function evaluated in float64\n"
+    "bound          what max_abs_err may reach: 2 x torch's own error against that reference + a small\n"
+    "               atol ('exact': the half-precision bit-exact rule applies instead)\n"
+    "max_ulp        jln vs torch in the same dtype: the largest distance in units in the last place\n"
+    "               ('nan' where a NaN meets a number)\n"
+    "frac_bitexact  jln vs torch in the same dtype: the share of bit-identical elements\n"
+    "skip           the reason is in the last column"
 )
 
 
