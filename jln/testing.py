@@ -459,7 +459,7 @@ def format_results(results: Sequence[ParityResult], *, failures_only: bool = Fal
       ...     lambda t: torch.nn.functional.layer_norm(t, t.shape[-1:], eps=1e-5),
       ...     [x], grad=False, name="ln")
       >>> print(format_results(res, failures_only=True))  # doctest: +ELLIPSIS
-      FAIL ln fwd out dtype=float32 shape=(4, 32): max_abs_err=0.19... (bound 1.29e-05; ...
+      FAIL ln fwd out dtype=float32 shape=(4, 32): max_abs_err=0.19... (|jax - torch|, bound 1.29e-05), ...
     """
     return "\n".join(r.describe() for r in results if not (failures_only and r.passed))
 
