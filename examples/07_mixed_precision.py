@@ -88,7 +88,7 @@ def main() -> int:
 
     # 1. fp16 with |x| ~ 300: x^2 overflows float16
     x = (300.0 * g).astype(jnp.float16)
-    xr = np.asarray(x.astype(jnp.float32))
+    xr = np.array(x.astype(jnp.float32))  # a writable copy: torch.from_numpy warns on read-only arrays
     seed_half = torch.nn.LayerNorm(D).half()  # the seed's `.half()` module
     with torch.no_grad():
         t_half = seed_half(torch.from_numpy(xr).half())
@@ -106,20 +106,20 @@ def main() -> int:
         x = (off + sd * g).astype(jnp.float32)
         r = ref_ln(np.asarray(x))
         with torch.no_grad():
-            t32 = torch.nn.LayerNorm(D)(torch.from_numpy(np.asarray(x)))
+            t32 = torch.nn.LayerNorm(D)(torch.from_numpy(np.array(x)))
         table.append((f"LN fp32, x = {off:g} + {sd:g}*N(0,1)", err(naive_ln(x), r), err(flax_ln(x), r),
                       err(t32, r), err(jln.layer_norm(x), r), 1e-5))
 
     # 3. bf16 statistics: mean/variance accumulated in bfloat16
     x = (8.0 + g).astype(jnp.bfloat16)
-    xr = np.asarray(x.astype(jnp.float32))
+    xr = np.array(x.astype(jnp.float32))  # a writable copy: torch.from_numpy warns on read-only arrays
     r = ref_ln(xr)
     with torch.no_grad():
         tb = torch.nn.LayerNorm(D).bfloat16()(torch.from_numpy(xr).bfloat16())
     table.append(("LN bf16, x = 8 + N(0,1)", err(naive_ln(x), r), err(flax_ln(x), r), err(tb, r),
                   err(jln.layer_norm(x), r), 3.2e-2))
     x = (2.0 * g).astype(jnp.bfloat16)
-    xr = np.asarray(x.astype(jnp.float32))
+    xr = np.array(x.astype(jnp.float32))  # a writable copy: torch.from_numpy warns on read-only arrays
     r = ref_rms(xr)
     table.append(("RMS bf16, x = 2*N(0,1)", err(naive_rms(x), r), None,
                   err(torch.nn.functional.rms_norm(torch.from_numpy(xr).bfloat16(), (D,)), r),
@@ -145,7 +145,7 @@ def main() -> int:
         x = (off + g).astype(jnp.float32)
         r = ref_ln(np.asarray(x))
         with torch.no_grad():
-            t32 = torch.nn.LayerNorm(D)(torch.from_numpy(np.asarray(x)))
+            t32 = torch.nn.LayerNorm(D)(torch.from_numpy(np.array(x)))
         for k, y in zip(curves, (naive_ln(x), flax_ln(x), t32, jln.layer_norm(x)), strict=True):
             curves[k].append(err(y, r))
     print("\nfp32 LayerNorm error as the offset grows (x = offset + N(0,1)):")

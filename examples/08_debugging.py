@@ -10,7 +10,7 @@ Writes 08_debugging.png to the current directory and exits non-zero if a check f
    module built with ``monitor=True`` sows per-row in/out mean, variance and norm. A 4-layer
    Pre-LN encoder trains for a short run while the per-layer statistics are collected each step
    (``mutable=["intermediates"]``) and plotted: the residual stream entering each norm grows
-   with depth and with training, the norms' outputs stay at mean 0 and ||y|| / sqrt(d) ~ 1.
+   with depth (layer by layer), the norms' outputs stay at mean 0 and ||y|| / sqrt(d) ~ 1.
 """
 
 from __future__ import annotations

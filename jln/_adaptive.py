@@ -55,6 +55,7 @@ def split_condition(emb: Array, order: str | Sequence[str] = "seed") -> dict[str
       dict from chunk name to an array of shape ``emb.shape[:-1] + (D,)``, in ``order``.
 
     Raises:
+      TypeError: ``emb`` is not a floating array.
       ValueError: unknown order, or the last axis is not divisible by k.
 
     Example:

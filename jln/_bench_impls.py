@@ -194,6 +194,19 @@ def _tokamax(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
     raise ValueError(op)
 
 
+def backend_skip(impl: str) -> str | None:
+    """Why ``impl`` is skipped for every case on the default JAX backend, or None if it runs
+    there: jln's native kernels run on the CPU backend only, its Pallas kernels are timed only
+    where they compile natively (on a CPU, Pallas runs in interpret mode, which would time the
+    interpreter)."""
+    backend = jax.default_backend()
+    if impl == "jln-native" and backend != "cpu":
+        return f"jln's native kernels run on the CPU backend only (this is {backend})"
+    if impl == "jln-pallas" and backend not in ("gpu", "tpu"):
+        return f"jln's Pallas kernels do not run natively on {backend} (interpret mode only)"
+    return None
+
+
 def jax_op(impl: str, op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
     """The JAX function of ``impl`` for ``op``; raises :class:`Skip` where there is none."""
     array_names(op)
@@ -204,17 +217,17 @@ def jax_op(impl: str, op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
     if impl == "jln-native":
         # jln's native CPU kernels; cases they do not take raise ValueError from
         # impl="native", which the runner records as skipped with its reason.
-        backend = jax.default_backend()
-        if backend != "cpu":
-            raise Skip(f"jln's native kernels run on the CPU backend only (this is {backend})")
+        reason = backend_skip(impl)
+        if reason:
+            raise Skip(reason)
         return _jln(op, "native")
     if impl == "jln-pallas":
         # Timed only where the kernels compile natively; elsewhere (CPU) Pallas runs in
         # interpret mode, which measures the interpreter. Cases a kernel does not take raise
         # ValueError from impl="pallas", which the runner records as skipped with its reason.
-        backend = jax.default_backend()
-        if backend not in ("gpu", "tpu"):
-            raise Skip(f"jln's Pallas kernels do not run natively on {backend} (interpret mode only)")
+        reason = backend_skip(impl)
+        if reason:
+            raise Skip(reason)
         return _jln(op, "pallas")
     if impl in ("flax", "flax-2pass"):
         return _flax(op, impl == "flax-2pass")

@@ -114,9 +114,10 @@ def check_param(p: Any, name: str, x_shape: Sequence[int], axes: tuple[int, ...]
                 f" It matches the trailing {len(p.shape)} axes of x: to normalize over those, pass "
                 f"axis={tuple(range(-len(p.shape), 0))}."
             )
+        where = f"axis {axes[0]}" if len(axes) == 1 else "axes " + ", ".join(map(str, axes))
         raise ValueError(
-            f"{fn}: `{name}` must have the shape of x at the normalized axes {axes}, i.e. "
-            f"{expected}; received {name}.shape={tuple(p.shape)} for x.shape={tuple(x_shape)}.{hint}"
+            f"{fn}: `{name}` must have shape {expected}, x's sizes along the normalized {where}; "
+            f"received {name}.shape={tuple(p.shape)} for x.shape={tuple(x_shape)}.{hint}"
         )
 
 

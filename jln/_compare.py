@@ -67,7 +67,17 @@ def ulp_distance(a: Any, b: Any) -> np.ndarray:
     d = np.abs(_ordered_ints(a) - _ordered_ints(b))
     na, nb = np.isnan(a.astype(np.float64)), np.isnan(b.astype(np.float64))
     d = np.where(na & nb, 0, d)
-    return np.where(na ^ nb, np.iinfo(np.int64).max, d)
+    return np.where(na ^ nb, NAN_ULP, d)
+
+
+#: The ulp distance :func:`ulp_distance` gives a NaN against a number: no distance at all, shown
+#: as ``nan`` (:func:`ulp_text`).
+NAN_ULP = int(np.iinfo(np.int64).max)
+
+
+def ulp_text(max_ulp: int) -> str:
+    """``max_ulp`` for people: the number, or ``nan`` where a NaN met a number (no distance)."""
+    return "nan" if max_ulp >= NAN_ULP else str(max_ulp)
 
 
 @dataclass
@@ -76,8 +86,8 @@ class Report:
 
     dtype: str
     max_abs_err: float  # max |jln - ref64| (or - torch when no ref64)
-    torch_err: float  # max |torch - ref64|
-    max_ulp: int  # max ulp distance jln vs torch, same dtype
+    torch_err: float  # max |torch - ref64| (0 when no ref64)
+    max_ulp: int  # max ulp distance jln vs torch, same dtype (NAN_ULP: a NaN against a number)
     frac_bitexact: float  # fraction of elements where jln == torch bit for bit
     bound: float  # what max_abs_err must not exceed
     exact_rule: bool  # whether the half-precision bit-exact rule applied
@@ -85,6 +95,8 @@ class Report:
     #: elements where jln's NaN/+-inf differ from torch's (NaN against inf, an infinity's sign,
     #: a non-finite value against a finite one): the rule needs none
     nonfinite_mismatch: int = 0
+    #: whether max_abs_err and torch_err are against a float64 reference (else against torch)
+    ref64: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -156,4 +168,5 @@ def compare(
     passed = same_nonfinite and err <= bound
     if exact_rule:
         passed = same_nonfinite and frac >= EXACT_FRACTION and max_ulp <= EXACT_MAX_ULP[dtype]
-    return Report(dtype, err, torch_err, max_ulp, frac, bound, exact_rule, bool(passed), nonfinite_mismatch)
+    return Report(dtype, err, torch_err, max_ulp, frac, bound, exact_rule, bool(passed), nonfinite_mismatch,
+                  ref64 is not None)

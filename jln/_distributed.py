@@ -135,8 +135,8 @@ def shard_chunks(a: Any, num_chunks: int, num_shards: int, *, axis: int = -1, in
 
     Example:
       >>> import jax.numpy as jnp
-      >>> from jln._distributed import shard_chunks
-      >>> shard_chunks(jnp.arange(8), 2, 2).tolist()  # chunks [0 1 2 3], [4 5 6 7]
+      >>> import jln
+      >>> jln.shard_chunks(jnp.arange(8), 2, 2).tolist()  # chunks [0 1 2 3], [4 5 6 7]
       [0, 1, 4, 5, 2, 3, 6, 7]
     """
     import jax.numpy as jnp

@@ -95,7 +95,7 @@ class ParityResult:
             "max_abs_err": _finite_or_str(r.max_abs_err),
             "bound": _finite_or_str(r.bound),
             "torch_err": _finite_or_str(r.torch_err),
-            "max_ulp": int(r.max_ulp),
+            "max_ulp": int(r.max_ulp) if r.max_ulp < _compare.NAN_ULP else "nan",
             "frac_bitexact": r.frac_bitexact,
             "exact_rule": r.exact_rule,
             "note": self.note,
@@ -112,9 +112,11 @@ class ParityResult:
         )
         verdict = "ok" if self.passed else "FAIL"
         head = f"{verdict} {self.name} {self.direction} {self.output} dtype={self.dtype} shape={self.shape}"
+        against = (f"vs the float64 reference, {rule}; torch's own error against it {r.torch_err:.3g}"
+                   if r.ref64 else f"|jax - torch|, {rule}")
         nums = (
-            f"max_abs_err={r.max_abs_err:.3g} ({rule}; torch's own error {r.torch_err:.3g}), "
-            f"max_ulp={r.max_ulp}, frac_bitexact={r.frac_bitexact:.4f}"
+            f"max_abs_err={r.max_abs_err:.3g} ({against}), "
+            f"max_ulp={_compare.ulp_text(r.max_ulp)}, frac_bitexact={r.frac_bitexact:.4f} (both vs torch)"
         )
         return f"{head}: {nums}" + (f" -- {self.note}" if self.note else "")
 
@@ -457,7 +459,7 @@ def format_results(results: Sequence[ParityResult], *, failures_only: bool = Fal
       ...     lambda t: torch.nn.functional.layer_norm(t, t.shape[-1:], eps=1e-5),
       ...     [x], grad=False, name="ln")
       >>> print(format_results(res, failures_only=True))  # doctest: +ELLIPSIS
-      FAIL ln fwd out dtype=float32 shape=(4, 32): max_abs_err=0.19... (bound 1.29e-05; ...
+      FAIL ln fwd out dtype=float32 shape=(4, 32): max_abs_err=0.19... (|jax - torch|, bound 1.29e-05), ...
     """
     return "\n".join(r.describe() for r in results if not (failures_only and r.passed))
 

@@ -59,6 +59,8 @@ def test_example_runs(script: str, tmp_path: Path) -> None:
     tail = (proc.stdout + proc.stderr)[-4000:]
     assert proc.returncode == 0, f"{script} exited with {proc.returncode}:\n{tail}"
     assert "all checks passed" in proc.stdout, f"{script} did not report its checks:\n{tail}"
+    # torch.from_numpy of a read-only array (np.asarray of a jax array) warns: examples copy first
+    assert "is not writable" not in proc.stderr, f"{script} handed torch a read-only array:\n{tail}"
     for png in EXPECTED[script]:
         path = tmp_path / png
         assert path.is_file() and path.stat().st_size > 1000, f"{script} did not write {png}:\n{tail}"

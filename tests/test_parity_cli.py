@@ -190,3 +190,47 @@ def test_a_module_that_fails_to_convert_fails(monkeypatch: pytest.MonkeyPatch, c
     code, out, _ = run(capsys, "--ops", "module:nn.LayerNorm[linen]", "--dtypes", "f32", "--no-progress")
     assert code == 1
     assert "FAIL" in out and "AttributeError" in out and "0 passed, 1 failed, 0 skipped" in out
+
+
+def test_table_has_a_legend_and_whole_skip_reasons(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "p.json"
+    code, out, _ = run(capsys, "--ops", "layer_norm", "--dtypes", "f64", "--impl", "native", "--shapes", "3x8",
+                       "--no-progress", "--no-modules", "--json", str(path))
+    assert code == 0
+    assert parity.LEGEND in out
+    legend = dict(line.split(None, 1) for line in parity.LEGEND.splitlines() if not line.startswith(" "))
+    assert "float64" in legend["max_abs_err"] and "vs torch" in legend["max_ulp"] and "vs torch" in legend["frac_bitexact"]
+    (skip,) = json.loads(path.read_text())["skipped"]
+    assert len(skip["reason"]) > 60
+    (row,) = [line for line in out.splitlines() if " skip " in line]
+    assert row.endswith(skip["reason"]), row
+
+
+@dataclasses.dataclass(frozen=True)
+class _NaN(_registry.Op):
+    """A registry op whose jln forward has NaN where torch has a number."""
+
+    def call_jln(self, inputs: dict[str, Any], k: int = 1, **overrides: Any) -> tuple[Any, ...]:
+        out = super().call_jln(inputs, k, **overrides)
+        return tuple(o.at[..., 0].set(jnp.nan) for o in out)
+
+
+def test_nan_against_a_number_shows_no_ulp_count(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(_registry, "OPS", (_NaN(**vars(_registry.BY_NAME["layer_norm"])),))
+    path = tmp_path / "p.json"
+    code, out, _ = run(capsys, "--ops", "layer_norm", "--dtypes", "f32", "--shapes", "4x8", "--no-progress",
+                       "--no-modules", "--json", str(path))
+    assert code == 1
+    fwd = [line for line in out.splitlines() if line.startswith("layer_norm") and " fwd " in line]
+    assert fwd and all(" FAIL " in line and " nan " in line for line in fwd), fwd
+    assert str(2**63 - 1) not in out
+    rows = [r for r in json.loads(path.read_text())["results"] if r["direction"] == "fwd"]
+    assert rows and all(r["max_ulp"] == "nan" for r in rows)
+
+
+@pytest.mark.parametrize("flag", ["--ops", "--dtypes"])
+def test_empty_selection_is_a_usage_error(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, flag, "", "--no-progress")
+    assert code == 2
+    assert "selects nothing" in err and flag in err

@@ -270,3 +270,16 @@ def test_parameter_gradients_are_compared_under_torch_names() -> None:
         assert_module_matches_torch(tm, (FrozenScale(), {"params": params}), shapes=[(3, 16)])
     bad = [(r.direction, r.output) for r in info.value.results if not r.passed]
     assert bad == [("bwd", "d weight")]
+
+
+@pytest.mark.parametrize("reference", ["torch", "float64"])
+def test_failure_message_names_what_the_error_is_against(reference: str) -> None:
+    # with reference="torch" there is no float64 reference, so no "torch's own error" against it
+    with jax.enable_x64(True), pytest.raises(ParityError) as info:
+        assert_matches_torch(lambda x, w, b: jln.layer_norm(x, w, b, eps=1e-1), torch_ln,
+                             shapes=[(4, 32), (32,), (32,)], dtypes=("float32",), reference=reference, grad=False)
+    msg = str(info.value)
+    if reference == "torch":
+        assert "|jax - torch|" in msg and "own error" not in msg and "float64" not in msg, msg
+    else:
+        assert "vs the float64 reference" in msg and "torch's own error against it" in msg, msg

@@ -13,6 +13,11 @@ _SUBCOMMANDS = {
 }
 
 
+#: Short dtype names the console commands accept beside the full ones (``--dtypes bf16``).
+DTYPE_ALIASES = {"f32": "float32", "fp32": "float32", "f64": "float64", "fp64": "float64",
+                 "bf16": "bfloat16", "f16": "float16", "fp16": "float16", "half": "float16"}
+
+
 def output_path_problem(path: str | None, flag: str) -> str | None:
     """Why ``path`` (given to ``flag``) cannot be written, checked before a long run rather than
     after it; None when it can be (or when no path was given)."""

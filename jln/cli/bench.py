@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import signal
@@ -17,9 +18,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from jln import _bench, _bench_impls
-from jln.cli import output_path_problem
+from jln.cli import DTYPE_ALIASES, output_path_problem
 
-#: ``--quick``: a CPU-friendly subset (well under 2 minutes on 2 cores).
+#: ``--quick``: a CPU-friendly subset (well under 2 minutes on 2 cores). torch runs one thread
+#: (as the committed CPU results do), and implementations that skip every case on the current
+#: backend (jln-pallas off a GPU or TPU) are left out (:func:`config_from_args`).
 QUICK = dict(
     ops=("layer_norm", "rms_norm", "add_layer_norm"),
     impls=("jln", "jln-xla", "jln-pallas", "flax", "flax-2pass", "jnp", "tokamax", "torch"),
@@ -28,6 +31,7 @@ QUICK = dict(
     reps=7,
     warmup=1,
     min_sample_s=1e-3,
+    torch_threads=1,
 )
 
 
@@ -40,9 +44,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _choices(kind: str, allowed: Sequence[str]) -> Any:
+def _choices(kind: str, allowed: Sequence[str], aliases: dict[str, str] | None = None) -> Any:
     def parse(text: str) -> tuple[str, ...]:
-        items = tuple(t.strip() for t in text.split(",") if t.strip())
+        items = tuple((aliases or {}).get(t.strip(), t.strip()) for t in text.split(",") if t.strip())
         if items == ("all",):
             return tuple(allowed)
         bad = [t for t in items if t not in allowed]
@@ -66,11 +70,32 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def _positive_int(text: str) -> int:
-    return _ints(text)[0] if "," not in text else _bad_int(text)
+    return _one_int(text, 1)
 
 
-def _bad_int(text: str) -> int:
-    raise argparse.ArgumentTypeError(f"expected one positive integer; received {text!r}")
+def _count(text: str) -> int:
+    return _one_int(text, 0)
+
+
+def _one_int(text: str, least: int) -> int:
+    what = "one positive integer, e.g. 3" if least > 0 else "one integer >= 0, e.g. 0 or 2"
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}; received {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"expected {what}; received {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, e.g. 60; received {text!r}")
+    return value
 
 
 def _parser() -> _Parser:
@@ -80,27 +105,31 @@ def _parser() -> _Parser:
             "Jit-benchmark jln's norms (impl auto, xla, native and pallas) against flax.linen (default and "
             "two-pass variance), a plain jnp version, tokamax, torch eager and torch.compile, and "
             "an elementwise copy of the same bytes (the memory floor). Reports median time, "
-            "effective GB/s, %% of copy bandwidth, compile time and the bytes per element reverse "
+            "effective GB/s, % of copy bandwidth, compile time and the bytes per element reverse "
             "mode saves for the backward pass."
         ),
     )
-    p.add_argument("--quick", action="store_true", help="a CPU-friendly subset (< 2 minutes on 2 cores)")
+    p.add_argument("--quick", action="store_true", help="a CPU-friendly subset (< 2 minutes on 2 cores; torch "
+                   "on 1 thread unless --torch-threads; without the impls this backend always skips)")
     p.add_argument("--ops", type=_choices("op", _bench_impls.OPS), help=f"comma list from {','.join(_bench_impls.OPS)}")
     p.add_argument("--impls", type=_choices("impl", _bench_impls.IMPLS), help=f"comma list from {','.join(_bench_impls.IMPLS)}")
-    p.add_argument("--dtypes", type=_choices("dtype", _bench.DTYPES), help="comma list from float32,bfloat16,float16 (default float32,bfloat16)")
+    p.add_argument("--dtypes", type=_choices("dtype", _bench.DTYPES, DTYPE_ALIASES),
+                   help="comma list from float32,bfloat16,float16 (aliases f32,bf16,f16; default float32,bfloat16)")
     p.add_argument("--directions", type=_choices("direction", _bench.DIRECTIONS), help="comma list from fwd,fwd+bwd,bwd (default fwd,fwd+bwd; bwd times the reverse pass alone)")
     p.add_argument("--widths", type=_ints, help="comma list of row widths N (default 256,1024,4096,16384)")
     p.add_argument("--rows", type=_positive_int, help="rows M for every width (default: about 4M elements / width)")
     p.add_argument("--elements", type=_positive_int, help="M·N per buffer when --rows is not given")
     p.add_argument("--reps", type=_positive_int, help="timed samples per case (median reported)")
-    p.add_argument("--warmup", type=_positive_int, help="untimed warm-up calls per case")
-    p.add_argument("--budget-s", type=float, help="stop timing new cases after this many seconds (they are recorded as skipped)")
-    p.add_argument("--compile-budget-s", type=float, help="total seconds torch.compile may spend (default 120)")
+    p.add_argument("--warmup", type=_count, help="untimed warm-up calls per case (0 allowed: then only the one "
+                   "untimed call that sizes a sample runs first)")
+    p.add_argument("--budget-s", type=_seconds, help="stop timing new cases after this many seconds (they are recorded as skipped)")
+    p.add_argument("--compile-budget-s", type=_seconds, help="total seconds torch.compile may spend (default 120)")
     p.add_argument("--torch-threads", type=_positive_int, help="torch.set_num_threads for the torch cases")
     p.add_argument("--json", metavar="PATH", help="write the full report as JSON")
     p.add_argument("--plot", metavar="PNG", help="plot GB/s against width per impl (matplotlib)")
     p.add_argument("--md", metavar="PATH", help="write a markdown summary table")
-    p.add_argument("--from-json", metavar="PATH", help="run nothing: re-render --md/--plot from a saved report")
+    p.add_argument("--from-json", metavar="PATH", help="run nothing: re-render --md/--plot from a saved "
+                   "`jln bench --json` report (not with --json)")
     p.add_argument("--title", help="heading of the markdown summary (default: 'jln bench')")
     p.add_argument("--headline", type=_choices("impl", _bench_impls.IMPLS),
                    help="impls whose time the markdown compares with the others, a table each (default jln)")
@@ -159,8 +188,8 @@ def config_from_args(args: argparse.Namespace) -> _bench.Config:
         value = getattr(args, name)
         if value is not None:
             base[name] = value
-    if args.quick and args.impls is None and "torch-compile" in base.get("impls", ()):
-        base["impls"] = tuple(i for i in base["impls"] if i != "torch-compile")
+    if args.quick and args.impls is None:
+        base["impls"] = tuple(i for i in base["impls"] if _bench_impls.backend_skip(i) is None)
     return _bench.Config(**base)
 
 
@@ -182,11 +211,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"jln bench: error: {problem}", file=sys.stderr)
             return 2
     if args.from_json:
+        if args.json:
+            print("jln bench: error: --from-json re-renders a saved report and runs nothing, so there is no "
+                  f"new report for --json {args.json!r}; drop --json (the saved report is {args.from_json!r}).",
+                  file=sys.stderr)
+            return 2
         try:
             with open(args.from_json) as f:
                 report = json.load(f)
         except (OSError, ValueError) as e:
             print(f"jln bench: error: cannot read --from-json {args.from_json!r}: {e}", file=sys.stderr)
+            return 2
+        problem = _bench.report_problem(report)
+        if problem:
+            print(f"jln bench: error: --from-json {args.from_json!r} is not a `jln bench --json` report: {problem}. "
+                  "Give a file written by `jln bench --json PATH` (a `jln parity --json` file will not do).",
+                  file=sys.stderr)
             return 2
         _write(report, args, report.get("command"))
         return 0

@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 
 from jln import _registry
+from jln._compare import ulp_text
 from jln._dispatch import IMPLS
-from jln.cli import output_path_problem
+from jln.cli import DTYPE_ALIASES, output_path_problem
 from jln.testing import ParityResult, _failed_report, _jax_module, _param_grads, check_matches_torch
 
 Shape = tuple[int, ...]
@@ -55,8 +56,6 @@ FULL_SHAPES: tuple[tuple[Shape, int], ...] = DEFAULT_SHAPES + (
     ((2, 3, 5, 7), 2),
     ((4, 0, 16), 1),
 )
-DTYPE_ALIASES = {"f32": "float32", "fp32": "float32", "f64": "float64", "fp64": "float64",
-                 "bf16": "bfloat16", "f16": "float16", "fp16": "float16", "half": "float16"}
 SHORT_DTYPE = {"float32": "f32", "float64": "f64", "bfloat16": "bf16", "float16": "f16"}
 INSTALL_TORCH = "pip install 'jln[torch]'"
 
@@ -323,8 +322,9 @@ def _rows(cases: Sequence[Case], failures_only: bool) -> list[list[str]]:
         op = c.op + (f" ({c.variant})" if c.variant else "")
         if c.skipped:
             if not failures_only:
+                # the reason goes in the last column, which is not padded: it is shown whole
                 rows.append([op, SHORT_DTYPE.get(c.dtype, c.dtype), "-", _fmt_shape(c.shape, c.k), "-", "skip",
-                             c.skipped[:60], "", "", ""])
+                             "", "", "", c.skipped])
             continue
         for r in c.results:
             if failures_only and r.passed:
@@ -333,7 +333,7 @@ def _rows(cases: Sequence[Case], failures_only: bool) -> list[list[str]]:
             bound = "exact" if rep.exact_rule else _num(rep.bound)
             rows.append([
                 op, SHORT_DTYPE.get(c.dtype, c.dtype), r.direction, _fmt_shape(c.shape, c.k), r.output,
-                "pass" if r.passed else "FAIL", _num(rep.max_abs_err), bound, str(rep.max_ulp),
+                "pass" if r.passed else "FAIL", _num(rep.max_abs_err), bound, ulp_text(rep.max_ulp),
                 f"{rep.frac_bitexact:.4f}" + (f"  {r.note}" if r.note else ""),
             ])
     return rows
@@ -348,6 +348,18 @@ def _table(rows: list[list[str]]) -> str:
     for r in rows:
         lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)).rstrip())
     return "\n".join(lines)
+
+
+#: Printed under the table: what each measure is measured against.
+LEGEND = (
+    "max_abs_err    max |jln - reference|, the reference being torch's function evaluated in float64\n"
+    "bound          what max_abs_err may reach: 2 x torch's own error against that reference + a small\n"
+    "               atol ('exact': the half-precision bit-exact rule applies instead)\n"
+    "max_ulp        jln vs torch in the same dtype: the largest distance in units in the last place\n"
+    "               ('nan' where a NaN meets a number)\n"
+    "frac_bitexact  jln vs torch in the same dtype: the share of bit-identical elements\n"
+    "skip           the reason is in the last column"
+)
 
 
 def _versions() -> dict[str, str]:
@@ -478,6 +490,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{m.name:<40} jln.interop.from_torch" + (f" (needs {m.needs})" if m.needs else ""))
         return 0
     try:
+        for flag, value in (("--ops", args.ops), ("--dtypes", args.dtypes)):
+            if value is not None and not _split(value):
+                raise _UsageError(f"jln parity: {flag} {value!r} selects nothing; give names or globs "
+                                  f"(see --list), or leave {flag} out for the whole sweep")
         selected = set(_select(_split(args.ops), names, families, "op"))
         dtype_pats = [DTYPE_ALIASES.get(d, d) for d in _split(args.dtypes)]
         dtypes = _select(dtype_pats, list(_registry.DTYPES), {}, "dtype")
@@ -522,6 +538,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = _rows(cases, args.failures_only)
     if rows:
         print(_table(rows))
+        print()
+        print(LEGEND)
         print()
     summary = (
         f"jln parity: {n_pass} passed, {n_fail} failed, {n_skip} skipped in {elapsed:.1f} s "
