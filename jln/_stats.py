@@ -83,7 +83,9 @@ def _rounded(v: Array, dtype: jnp.dtype) -> Array:
     rounded = lax.reduce_precision(v, exponent_bits=fi.nexp, mantissa_bits=fi.nmant)
     if dtype == jnp.float16:
         step = float(fi.smallest_subnormal)  # 2**-24, exact in float32
-        subnormal = jnp.round(v / step) * step
+        # straight through where this body is differentiated as it is (the Pallas kernels
+        # evaluate it without the custom rule: round() alone has derivative 0)
+        subnormal = v + lax.stop_gradient(jnp.round(v / step) * step - v)
         rounded = jnp.where(jnp.abs(v) < float(fi.smallest_normal), subnormal, rounded)
     return rounded
 
@@ -246,8 +248,8 @@ def inv_std_of(
     ``var`` is ``mean(v^2)`` when the caller has it. With a :func:`tiny_eps` the squares are
     summed after scaling each row by the power of two that brings its largest ``|v|`` to
     [0.5, 1) (exact, outside autodiff; at most ``2**(maxexp/2)``, so ``eps`` scaled alike stays
-    finite): a row's variance is then found down to the statistics dtype's smallest normal
-    magnitudes, where the plain sum flushes it to 0.
+    finite; applied as two normal factors): a row's variance is then found down to the
+    statistics dtype's smallest normal magnitudes, where the plain sum flushes it to 0.
     """
     if not tiny_eps(eps, v.dtype):
         if var is None:
@@ -258,9 +260,12 @@ def inv_std_of(
         top = _collective(lax.pmax, top, axis_name, axis_index_groups)
     _, e = jnp.frexp(top)  # top = m * 2**e, m in [0.5, 1)
     e = jnp.maximum(e, -(jnp.finfo(v.dtype).maxexp // 2))
-    down = jnp.ldexp(jnp.ones_like(top), -e)
-    var_down = mean_square(v * down, axes, axis_name, axis_index_groups)
-    return checkpoint_name(_rsqrt(var_down + (eps * down) * down) * down, STAT_NAMES[1])
+    # 2**-e as two normal factors (2**-127 alone is subnormal, which XLA flushes to 0)
+    one = jnp.ones_like(top)
+    half_a, half_b = jnp.ldexp(one, -(e // 2)), jnp.ldexp(one, e // 2 - e)
+    var_down = mean_square((v * half_a) * half_b, axes, axis_name, axis_index_groups)
+    eps_down = (((eps * half_a) * half_b) * half_a) * half_b
+    return checkpoint_name((_rsqrt(var_down + eps_down) * half_a) * half_b, STAT_NAMES[1])
 
 
 def sum_square(

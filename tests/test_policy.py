@@ -389,7 +389,35 @@ def test_eps_zero_rows_below_float32_normal_variance(dtype):
         np.testing.assert_allclose(np.asarray(jnp.moveaxis(sharded, 0, 1).reshape(3, 16), np.float64), want_ln, atol=tol, rtol=0)
         sharded = jax.vmap(lambda v: jln.rms_norm(v, eps=0.0, axis_name="i"), axis_name="i")(split)
         np.testing.assert_allclose(np.asarray(jnp.moveaxis(sharded, 0, 1).reshape(3, 16), np.float64), want_rms, atol=tol, rtol=0)
+    # a row whose largest |x| is 2**126 or more: scaled by 2**-127, but never by a subnormal
+    # factor (which XLA flushes: 0 * inf = NaN); its rstd is then below float32's normal range
+    # and y is 0, as with the default eps and in torch
+    big = jnp.asarray([[1e38, -2e38, 3e37, 5e37]], jnp.float32)
+    for eps in (0.0, None):
+        np.testing.assert_array_equal(np.asarray(jln.rms_norm(big, eps=eps)), np.zeros((1, 4), np.float32))
     # the kernels take eps >= 2**-101: asked for by name with a smaller eps, they refuse clearly
     for impl in ("native", "pallas"):
         with pytest.raises(ValueError, match=rf"impl='{impl}' is not available for eps=0\.0.*Use impl='xla' or 'auto'"):
             jln.layer_norm(jnp.ones((2, 8)), eps=0.0, impl=impl)
+
+
+@pytest.mark.parametrize("impl", ["xla", "auto", "pallas"])
+def test_llama_float16_backward_through_subnormal_h(impl):
+    # h = x * rstd rounded to float16 has a straight-through derivative also where h is below
+    # float16's smallest normal: a zero (padding) row, a row scaled by 1e-4, a single tiny
+    # element. The Pallas kernels differentiate that rounding as written (no custom rule
+    # there); its subnormal branch once gave them dx = 0 on such elements
+    r = np.random.default_rng(15)
+    x = r.standard_normal((3, 16)).astype(np.float16)
+    x[0], x[1], x[2, 5] = 0, x[1] * np.float16(1e-4), np.float16(1e-5)
+    w = (1 + 0.3 * r.standard_normal(16)).astype(np.float16)
+    g = r.standard_normal((3, 16)).astype(np.float16)
+    t = torch.from_numpy(x.copy()).requires_grad_(True)
+    t32 = t.float()
+    h = (t32 * torch.rsqrt(t32.pow(2).mean(-1, keepdim=True) + 1e-6)).half()
+    (torch.from_numpy(w.copy()) * h).backward(torch.from_numpy(g.copy()))
+    want = t.grad.float().numpy()
+    dx = jax.vjp(lambda v: jln.rms_norm(v, jnp.asarray(w), convention="llama", impl=impl), jnp.asarray(x))[1](jnp.asarray(g))[0]
+    dx = np.asarray(dx, np.float32)
+    assert np.abs(want[2, 5]) > 0.5 and np.abs(want[0]).max() > 100
+    np.testing.assert_allclose(dx, want, rtol=2e-3, atol=0)
