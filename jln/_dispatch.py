@@ -39,8 +39,8 @@ def choose(
             f"eps >= 2**-101; a smaller eps (e.g. 0) runs on the XLA path, which finds "
             f"variances below float32's normal range. Use impl='xla' or 'auto', or a larger eps."
         )
-    if tiny:
-        return "xla"
+    if tiny or (all(isinstance(d, int) for d in x.shape) and 0 in x.shape):
+        return "xla"  # (an empty x: nothing to compute, whichever impl was asked for)
     if impl == "native":
         why = _cpu.unsupported_reason(op, x, operands, axis_name, static, backend=backend)
         if why is not None:

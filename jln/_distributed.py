@@ -26,6 +26,12 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 Array = jax.Array
 
+#: Why a kernel does not take a call whose statistics span devices (said by every kernel family).
+CROSS_DEVICE_REASON = (
+    "statistics across devices (axis_name=, or a normalized axis of x split over mesh axes) run on "
+    "the XLA path only"
+)
+
 
 def _names(entry: Any) -> tuple[Any, ...]:
     if entry is None:

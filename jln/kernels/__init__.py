@@ -44,7 +44,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _checks, _layer_norm, _rms_norm
+from jln import _checks, _distributed, _layer_norm, _rms_norm
 from jln.kernels import _norm, _plan
 
 Array = jax.Array
@@ -97,10 +97,7 @@ def unsupported_reason(op: str, x: Any, axis_name: Any, *, backend: str, **stati
             "NVIDIA GPUs)"
         )
     if axis_name is not None:
-        return (
-            "statistics across devices (axis_name=, or a normalized axis of x split over mesh "
-            "axes) run on the XLA path only"
-        )
+        return _distributed.CROSS_DEVICE_REASON
     if op not in ("layer_norm", "rms_norm"):
         return f"no kernel for op {op!r}"
     axes = tuple(static["axes"])

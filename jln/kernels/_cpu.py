@@ -66,7 +66,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jln import _checks, _layer_norm, _rms_norm, _stats
+from jln import _checks, _distributed, _layer_norm, _rms_norm, _stats
 from jln.kernels import _export
 
 Array = jax.Array
@@ -762,7 +762,7 @@ def unsupported_reason(op: str, x: Any, operands: tuple[Any, ...], axis_name: An
     if backend != "cpu":
         return f"the native kernels run on the CPU backend (this call's platform: {backend!r})"
     if axis_name is not None:
-        return "statistics across devices (axis_name=) run on the XLA path only"
+        return _distributed.CROSS_DEVICE_REASON
     if op == "rms_norm" and static["convention"] == "seed":
         return "the 'seed' RMSNorm convention runs on the XLA path"
     axes = tuple(static["axes"])
