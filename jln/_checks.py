@@ -69,6 +69,8 @@ def normalize_axes(axis: Axis, ndim: int, fn: str) -> tuple[int, ...]:
     out = []
     for a in raw:
         try:
+            if isinstance(a, (bool, np.bool_)):  # an index to operator.index, a slip here
+                raise TypeError
             a_int = operator.index(a)
         except TypeError:
             raise TypeError(

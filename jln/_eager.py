@@ -46,6 +46,26 @@ def traced_platform() -> str | None:
     return _PLATFORM.get()
 
 
+class _Typed:
+    """A static option in the cache key with its type: ``True == 1 == 1.0`` share a hash, so
+    without it an ``eps=True`` call would reuse ``eps=1.0``'s program and skip the check that
+    refuses it."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def _key(self) -> Any:
+        return (type(self.value), self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Typed) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
 def compiled_when_eager(*array_args: str) -> Callable[[F], F]:
     """Decorate a public function whose parameters ``array_args`` take arrays: called with no
     tracer among its arguments and a ``jax.Array`` or NumPy array as its first, it runs under
@@ -68,7 +88,7 @@ def compiled_when_eager(*array_args: str) -> Callable[[F], F]:
         def compiled(names: tuple[str, ...], static: tuple[tuple[str, Any], ...], platform: str, *arrays: Any) -> Any:
             token = _PLATFORM.set(platform)
             try:
-                return fn(**dict(zip(names, arrays, strict=True)), **dict(static))
+                return fn(**dict(zip(names, arrays, strict=True)), **{n: t.value for n, t in static})
             finally:
                 _PLATFORM.reset(token)
 
@@ -98,7 +118,7 @@ def compiled_when_eager(*array_args: str) -> Callable[[F], F]:
                     names.append(name)
                     arrays.append(v)
                 else:
-                    static.append((name, v))
+                    static.append((name, _Typed(v)))
             key = tuple(sorted(static, key=lambda item: item[0]))  # keyword order does not matter
             try:
                 hash(key)

@@ -148,3 +148,15 @@ def test_eager_errors_are_the_op_by_op_errors(call: Any) -> None:
     assert type(compiled.value) is type(op_by_op.value)
     assert str(compiled.value) == str(op_by_op.value)
     assert isinstance(compiled.value, (TypeError, ValueError, NameError))
+
+
+def test_eager_cache_tells_options_of_other_types_apart() -> None:
+    # True == 1 == 1.0 share a hash: a cached eps=1.0 program must not serve eps=True, which
+    # the checks refuse, nor an integer axis serve a bool one
+    x = jnp.arange(8.0).reshape(2, 4)
+    jln.layer_norm(x, eps=1.0)
+    with pytest.raises(TypeError, match="eps"):
+        jln.layer_norm(x, eps=True)
+    jln.layer_norm(x, axis=1)
+    with pytest.raises(TypeError, match="axis"):
+        jln.layer_norm(x, axis=True)
