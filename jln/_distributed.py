@@ -164,5 +164,16 @@ def shard_chunks(a: Any, num_chunks: int, num_shards: int, *, axis: int = -1, in
         )
     block = size // (num_chunks * num_shards)
     outer, inner = (num_shards, num_chunks) if inverse else (num_chunks, num_shards)
-    v = a.reshape(a.shape[:ax] + (outer, inner, block) + a.shape[ax + 1 :])
-    return jnp.swapaxes(v, ax, ax + 1).reshape(a.shape)
+
+    def permute(v: Array) -> Array:
+        v = v.reshape(v.shape[:ax] + (outer, inner, block) + v.shape[ax + 1 :])
+        return jnp.swapaxes(v, ax, ax + 1).reshape(a.shape)
+
+    layout = explicit_layout(a)
+    if layout is None:
+        return permute(a)
+    # sharded over explicit mesh axes (a sharded kernel, or its gradient): the reshapes have no
+    # sharding of their own to take there, so they run with the axes left to XLA and the result
+    # keeps a's sharding
+    mesh, entries = layout
+    return jax.sharding.auto_axes(permute, out_sharding=NamedSharding(mesh, PartitionSpec(*entries)))(a)

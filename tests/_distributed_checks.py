@@ -466,6 +466,16 @@ def adaptive_modules() -> None:
             naive = jax.tree.unflatten(tree, [put(m, a, sp) for (_, a), (_, sp) in zip(flat, laid, strict=True)])
             got = f(naive, put(m, x, xs), put(m, cond, P()))
             RESULTS["adaptive_naive_layout_error"] = max(maxdiff(g, r) for g, r in zip(got, ref, strict=True))
+    # shard_chunks on arrays sharded over explicit mesh axes (a laid-out kernel, or its
+    # gradient, mapped back to the checkpoint layout), eager and under jit: same values as
+    # the unsharded call, and the input's sharding kept
+    w = RNG.standard_normal((c, 2 * D)).astype(np.float32)
+    laid = shard_chunks(jnp.asarray(w), 2, 8)
+    sharded = put(m, laid, P(None, "tp"))
+    back = {"eager": shard_chunks(sharded, 2, 8, inverse=True),
+            "jit": jax.jit(lambda a: shard_chunks(a, 2, 8, inverse=True))(sharded)}
+    RESULTS["shard_chunks_explicit"] = {
+        k: {"max_diff": maxdiff(v, w), "spec": str(v.sharding.spec)} for k, v in back.items()}
 
 
 # ---------------------------------------------------------------- residuals and errors

@@ -65,6 +65,15 @@ def test_adaptive_modules_need_the_chunk_layout(results: dict) -> None:
     assert results["adaptive_naive_layout_error"] > 0.1
 
 
+def test_shard_chunks_takes_explicitly_sharded_arrays(results: dict) -> None:
+    """shard_chunks(inverse=True) on a kernel sharded over an explicit mesh axis (it raised
+    JAX's ShardingTypeError) gives the unsharded values and keeps the sharding."""
+    got = results["shard_chunks_explicit"]
+    assert set(got) == {"eager", "jit"}
+    for e in got.values():
+        assert e["max_diff"] == 0 and e["spec"].replace("PartitionSpec", "P") == "P(None, 'tp')", got
+
+
 def test_sharded_layer_norm_keeps_pivot_accuracy(results: dict) -> None:
     """x = 3e4 + N(0, 1): the merged statistics are as accurate as the unsharded ones."""
     for e in results["shard_map"]:
