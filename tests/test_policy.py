@@ -225,6 +225,11 @@ def test_zero_rows(name, impl):
         assert fn(x).shape == shape
         g = jax.grad(lambda x: jnp.sum(fn(x).astype(jnp.float32)))(x)
         assert g.shape == shape
+    # vmap over an empty axis: the kernels see no rows (the Pallas launcher once asserted)
+    xs = jnp.zeros((0, 3, 8), jnp.bfloat16)
+    assert jax.vmap(fn)(xs).shape == xs.shape
+    g = jax.grad(lambda v: jnp.sum(jax.vmap(fn)(v).astype(jnp.float32)))(xs)
+    assert g.shape == xs.shape
 
 
 # --- bad input ----------------------------------------------------------------------------

@@ -532,6 +532,8 @@ def forward_nd(spec: Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> tup
     ``[*lead, n]``, and operands broadcastable against them (see :func:`localize`); statistics
     are ``[*lead, 1]``."""
     x = xs[0]
+    if x.size == 0:  # no rows (vmap over an empty axis): no kernel grid to launch
+        return forward_xla(spec, xs, ops)
     lead = x.shape[:-1]
     spec, mat = localize(spec, x.shape, [o.shape for o in ops], x.dtype)
     flat = tuple(_flat_op(spec, o, kd, m, x.shape) for o, (kd, _), m in zip(ops, spec.kinds, mat, strict=True))
@@ -547,6 +549,8 @@ def backward_nd(
     """``(dx, *d_ops)`` for the layout of :func:`forward_nd`, each ``d_op`` of its operand's
     shape; gradients of broadcast operands are this call's float32 partial sums (summed over
     this call's rows only) when ``cast_params`` is False."""
+    if x.size == 0:  # no rows: every gradient is zero
+        return (jnp.zeros_like(x), *(jnp.zeros(o.shape, o.dtype if cast_params else F32) for o in ops))
     spec, mat = localize(spec, x.shape, [o.shape for o in ops], x.dtype, backward=True)
     n = spec.plan.n
     flat = tuple(_flat_op(spec, o, kd, m, x.shape) for o, (kd, _), m in zip(ops, spec.kinds, mat, strict=True))
