@@ -61,7 +61,8 @@ def _eval(jaxpr: Any, consts: Any, args: Any) -> list[Any]:
         elif eqn.primitive.name in ("jit", "pjit") and "jaxpr" in eqn.params:
             inner = eqn.params["jaxpr"]
             outs = _eval(inner.jaxpr, inner.consts, invals)
-        elif eqn.primitive.name == "custom_jvp_call":  # a kernel body is not differentiated
+        elif eqn.primitive.name == "custom_jvp_call":  # inlined: a kernel that differentiates
+            # the body (the Pallas backward) gets the derivative of its ops as written
             inner = eqn.params["call_jaxpr"]
             outs = _eval(inner.jaxpr, inner.consts, invals)
         else:
