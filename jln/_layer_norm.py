@@ -72,8 +72,9 @@ def ln_body(
     mode keeps ``x`` (own dtype), per-row mean/rstd and the parameters, nothing else (plus the
     gathered per-shard row statistics when the rows are split across ``axis_name``).
     """
-    _, d, var = _stats.centered(_stats.upcast(x), axes, axis_name, axis_index_groups)
-    y = d * _stats.inv_std_of(d, axes, eps, var, axis_name, axis_index_groups)
+    x32 = _stats.upcast(x)
+    _, d, var = _stats.centered(x32, axes, axis_name, axis_index_groups)
+    y = _stats.normalized(x32, axes, eps, (d, var), axis_name, axis_index_groups)
     return ln_affine(y, scale, bias, shift, mscale, out_dtype=out_dtype, mod_offset=mod_offset, mod_dtype=mod_dtype)
 
 

@@ -108,7 +108,7 @@ def rms_body(
         denom = seed_denominator(sum_sq, n, eps, io_dtype)
         denom = _stats.checkpoint_name(denom, _stats.STAT_NAMES[1])
         return rms_affine(x32 / denom, scale, bias, **static)
-    h = x32 * _stats.inv_std_of(x32, axes, eps, None, axis_name, axis_index_groups)
+    h = _stats.normalized(x32, axes, eps, None, axis_name, axis_index_groups)
     return rms_affine(h, scale, bias, **static)
 
 

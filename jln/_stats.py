@@ -189,12 +189,10 @@ def _rsqrt(v: Array) -> Array:
 
 @_rsqrt.defjvp
 def _rsqrt_jvp(primals: tuple[Array], tangents: tuple[Array]) -> tuple[Array, Array]:
-    # d rsqrt(v) = -1/2 rsqrt(v)^3 dv: written with the result alone, so that reverse mode
-    # needs only the saved rstd and never recomputes the variance in the backward pass. dv
-    # is multiplied by r one factor at a time: dv scales as v and r as v^-1/2, so every
-    # partial product stays in range where r^3 alone leaves float32's normal range (rows
-    # with std above ~5e12, or below ~1e-13 with eps=0; those gradients came out 0 or NaN).
-    # Reverse mode applies the same factors to the cotangent in the opposite order.
+    # d rsqrt(v) = -1/2 rsqrt(v)^3 dv: written with the result alone, dv multiplied by r one
+    # factor at a time (dv scales as v and r as v^-1/2) where r^3 alone leaves float32's
+    # normal range (std above ~5e12, or below ~1e-13 with eps=0). A norm's first derivative
+    # does not come here (:func:`_normalized` states it); higher ones do.
     (v,), (dv,) = primals, tangents
     r = lax.rsqrt(v)
     return r, -0.5 * (((dv * r) * r) * r)
@@ -221,8 +219,54 @@ def centered(
 
 
 def inv_std(var: Array, eps: float) -> Array:
-    """``1 / sqrt(var + eps)`` with the derivative rule above, tagged for the remat policy."""
+    """``1 / sqrt(var + eps)``, tagged for the remat policy."""
     return checkpoint_name(_rsqrt(var + eps), STAT_NAMES[1])
+
+
+def normalized(
+    v: Array, axes: tuple[int, ...], eps: float, centered_v: tuple[Array, Array] | None = None,
+    axis_name: Any = None, axis_index_groups: Any = None,
+) -> Array:
+    """``v``'s rows over their root mean square (RMSNorm); with ``centered_v = (d, var)`` from
+    :func:`centered` (``v`` less its row mean, and the variance), ``d / sqrt(var + eps)``
+    (LayerNorm). rstd is :func:`inv_std_of`'s, the derivative :func:`_normalized`'s.
+    """
+    d, var = (v, None) if centered_v is None else centered_v
+    r = inv_std_of(d, axes, eps, var, axis_name, axis_index_groups)
+    return _normalized(v, d, r, centered_v is not None, axes, axis_name, axis_index_groups)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5, 6))
+def _normalized(
+    v: Array, d: Array, r: Array, is_centered: bool, axes: tuple[int, ...], axis_name: Any, groups: Any
+) -> Array:
+    """``h = d * r``, differentiated through ``v`` alone (``v`` carries the tangent)."""
+    return d * r
+
+
+@_normalized.defjvp
+def _normalized_jvp(
+    is_centered: bool, axes: tuple[int, ...], axis_name: Any, groups: Any,
+    primals: tuple[Array, Array, Array], tangents: tuple[Array, Array, Array],
+) -> tuple[Array, Array]:
+    # With d = v - mean(v) (LayerNorm) or v (RMSNorm) and r = rsqrt(mean(d^2) + eps):
+    #     dh = r * (dv - mean(dv) - h * mean(h * dv))      (RMSNorm: no mean(dv) term)
+    # one rule in v's tangent (d's and r's follow from it and are not read). h and both means
+    # are O(dv), so no partial product leaves float32's normal range. Chained through var and
+    # r instead, r's tangent (-r^3 mean(d dv) ~ dv/std^2) and var's cotangent (~ ct/std^2) are
+    # ~1e-37 at std 1e18; XLA flushes what falls below 2**-126, and dx was 1-2% off there.
+    # Reverse mode transposes these ops: r*ct - mean(r*ct) - h * mean(h * (r*ct)), the kernels'
+    # backward formula. Means are of the whole row: with axis_name, one psum of both per-row
+    # sums (the statistics' own collectives then get no cotangent). Higher derivatives
+    # differentiate these ops, d's and r's through their own definitions.
+    (_, d, r), (dv, _, _) = primals, tangents
+    h = d * r
+    if is_centered:
+        mean_dv, proj = _row_means((dv, h * dv), axes, axis_name, groups)
+        dv = dv - mean_dv
+    else:
+        (proj,) = _row_means((h * dv,), axes, axis_name, groups)
+    return h, r * (dv - h * proj)
 
 
 def tiny_eps(eps: float, dtype: Any) -> bool:
@@ -282,10 +326,20 @@ def mean_square(
     x32: Array, axes: tuple[int, ...], axis_name: Any = None, axis_index_groups: Any = None
 ) -> Array:
     """``mean(x^2)`` over ``axes`` (keepdims), in ``x32``'s dtype; global with ``axis_name``."""
+    (ms,) = _row_means((x32 * x32,), axes, axis_name, axis_index_groups)
+    return ms
+
+
+def _row_means(
+    parts: tuple[Array, ...], axes: tuple[int, ...], axis_name: Any = None, axis_index_groups: Any = None
+) -> list[Array]:
+    """The row mean (keepdims) of each array in ``parts``; with ``axis_name``, of the whole
+    row: one psum of all the per-row sums (stacked) over the devices."""
     if axis_name is None:
-        return jnp.mean(x32 * x32, axis=axes, keepdims=True)
-    n = count(x32.shape, axes, axis_name, axis_index_groups)
-    return sum_square(x32, axes, axis_name, axis_index_groups) / n
+        return [jnp.mean(p, axis=axes, keepdims=True) for p in parts]
+    n = count(parts[0].shape, axes, axis_name, axis_index_groups)
+    sums = jnp.stack([jnp.sum(p, axis=axes, keepdims=True) for p in parts])
+    return list(_collective(lax.psum, sums, axis_name, axis_index_groups) / n)
 
 
 def safe_sqrt(v: Array) -> Array:

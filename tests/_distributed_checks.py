@@ -29,7 +29,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jln  # noqa: E402
 
-RESULTS: dict = {"shard_map": [], "jit": [], "grads": [], "pallas": [], "pallas_auto": [], "pallas_auto_more": [], "residuals": {}, "errors": {}, "hlo_shard_map": {}}
+RESULTS: dict = {"shard_map": [], "jit": [], "grads": [], "pallas": [], "pallas_auto": [], "pallas_auto_more": [], "residuals": {}, "errors": {}, "hlo_shard_map": {}, "near_overflow": []}
 RNG = np.random.default_rng(0)
 COLLECTIVE = re.compile(
     r"=\s*(.+?)\s+(all-gather|all-reduce|reduce-scatter|collective-permute|all-to-all)(?:-start)?\("
@@ -478,6 +478,41 @@ def adaptive_modules() -> None:
         k: {"max_diff": maxdiff(v, w), "spec": str(v.sharding.spec)} for k, v in back.items()}
 
 
+def jvp64(x, v, centered, eps):
+    """The float64 Jacobian of LayerNorm (``centered``) or RMSNorm over the last axis applied
+    to ``v``; it is symmetric, so this is also the VJP of ``v``."""
+    x, v = np.asarray(x, np.float64), np.asarray(v, np.float64)
+    if centered:
+        x, v = x - x.mean(-1, keepdims=True), v - v.mean(-1, keepdims=True)
+    r = 1 / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+    h = x * r
+    return r * (v - h * (h * v).mean(-1, keepdims=True))
+
+
+def near_overflow() -> None:
+    """dx and the JVP tangent of rows with std 1e18 (squares near float32's overflow), hidden
+    axis split over 8 devices, relative to float64: the derivative's row means are global."""
+    m = mesh((8,), ("tp",))
+    xs = P(None, "tp")
+    rng = np.random.default_rng(21)
+    x = (rng.standard_normal((64, D)) * 1e18).astype(np.float32)
+    ct, tan = rng.standard_normal((2, 64, D)).astype(np.float32)
+    for op, fn, centered, eps in (
+        ("layer_norm", lambda v: jln.layer_norm(v, axis_name="tp"), True, 1e-5),
+        ("rms_norm_torch", lambda v: jln.rms_norm(v, axis_name="tp"), False, float(np.finfo(np.float32).eps)),
+    ):
+        f = jax.jit(jax.shard_map(
+            lambda v, c, t, fn=fn: (jax.vjp(fn, v)[1](c)[0], jax.jvp(fn, (v,), (t,))[1]),
+            mesh=m, in_specs=(xs, xs, xs), out_specs=(xs, xs),
+        ))
+        dx, dy = f(*(put(m, a, xs) for a in (x, ct, tan)))
+        entry = {"op": op, "layout": "shard_map tp=8 (hidden split)"}
+        for mode, got, v in (("vjp", dx, ct), ("jvp", dy, tan)):
+            want = jvp64(x, v, centered, eps)
+            entry[mode] = maxdiff(got, want) / float(np.max(np.abs(want)))
+        RESULTS["near_overflow"].append(entry)
+
+
 # ---------------------------------------------------------------- residuals and errors
 def residuals() -> None:
     m = mesh((8,), ("tp",))
@@ -520,7 +555,7 @@ def errors() -> None:
 
 
 if __name__ == "__main__":
-    only = sys.argv[1:] or ["shard_map_tp", "shard_map_two_axes", "pmap_groups", "param_grads", "jit_layouts", "pallas_layouts", "modules", "adaptive_modules", "residuals", "errors"]
+    only = sys.argv[1:] or ["shard_map_tp", "shard_map_two_axes", "pmap_groups", "param_grads", "jit_layouts", "pallas_layouts", "modules", "adaptive_modules", "near_overflow", "residuals", "errors"]
     for name in only:
         globals()[name]()
     print("JLN_DISTRIBUTED_RESULTS " + json.dumps(RESULTS))

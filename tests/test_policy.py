@@ -370,6 +370,59 @@ def test_gradients_where_rstd_cubed_leaves_float32_range(scale, eps, impl):
             np.testing.assert_allclose(np.asarray(got, np.float64), ref, rtol=0, atol=2e-6 * np.abs(ref).max())
 
 
+def _torch64_jvp(fn, x, t):
+    return torch.func.jvp(fn, (torch.from_numpy(np.asarray(x, np.float64)),), (torch.from_numpy(np.asarray(t, np.float64)),))[1].numpy()
+
+
+def _over_4_devices(fn):
+    """``fn(v, axis_name)`` with each row's features split over 4 vmapped "devices"."""
+
+    def run(v):
+        parts = jnp.moveaxis(v.reshape(v.shape[0], 4, -1), 1, 0)
+        return jnp.moveaxis(jax.vmap(lambda u: fn(u, "i"), axis_name="i")(parts), 0, 1).reshape(v.shape)
+
+    return run
+
+
+@pytest.mark.parametrize("impl", ["xla", "auto", "pallas"])
+def test_gradients_of_rows_whose_squares_near_float32_overflow(impl):
+    # rows with std 1e18 (n * var ~ 1e38): chained through var and rstd, d rstd = -rstd^3
+    # mean(d dv) and var's cotangent scale as 1/std^2 ~ 1e-37, and XLA flushes what falls below
+    # 2**-126 to 0: dx was 1-2% off in reverse mode on the XLA path and 0.4-0.9% in forward
+    # mode on every impl (the kernels' forward mode is the XLA body's JVP)
+    F = torch.nn.functional
+    n, eps = 64, 1e-5
+    r = np.random.default_rng(21)
+    x = (r.standard_normal((64, n)) * 1e18).astype(np.float32)
+    res = (r.standard_normal((64, n)) * 5e17).astype(np.float32)
+    emb = (0.5 * r.standard_normal((64, 2 * n))).astype(np.float32)
+    g, t = r.standard_normal((2, 64, n)).astype(np.float32)
+    res64, (sc, sh) = torch.from_numpy(res.astype(np.float64)), torch.from_numpy(emb.astype(np.float64)).chunk(2, -1)
+    forms = {
+        "layer_norm": (lambda v: jln.layer_norm(v, eps=eps, impl=impl), lambda u: F.layer_norm(u, (n,), eps=eps)),
+        "rms_norm": (lambda v: jln.rms_norm(v, eps=eps, impl=impl), lambda u: F.rms_norm(u, (n,), eps=eps)),
+        "rms_norm llama": (lambda v: jln.rms_norm(v, eps=eps, convention="llama", impl=impl),
+                           lambda u: F.rms_norm(u, (n,), eps=eps)),
+        "add_layer_norm": (lambda v: jln.add_layer_norm(v, jnp.asarray(res), eps=eps, impl=impl)[0],
+                           lambda u: F.layer_norm(u + res64, (n,), eps=eps)),
+        "add_rms_norm": (lambda v: jln.add_rms_norm(v, jnp.asarray(res), eps=eps, impl=impl)[0],
+                         lambda u: F.rms_norm(u + res64, (n,), eps=eps)),
+        "adaptive_layer_norm": (lambda v: jln.adaptive_layer_norm(v, jnp.asarray(emb), eps=eps, impl=impl)[0],
+                                lambda u: F.layer_norm(u, (n,), eps=eps) * (1 + sc) + sh),
+    }
+    if impl == "xla":  # rows split over a mapped axis: the rule's means are of the whole row
+        forms["layer_norm axis_name"] = (_over_4_devices(lambda v, a: jln.layer_norm(v, eps=eps, axis_name=a)), forms["layer_norm"][1])
+        forms["rms_norm axis_name"] = (_over_4_devices(lambda v, a: jln.rms_norm(v, eps=eps, axis_name=a)), forms["rms_norm"][1])
+    errors = {}
+    for name, (ours, theirs) in forms.items():
+        want_dx, want_tan = _torch64_grad(theirs, x, g), _torch64_jvp(theirs, x, t)
+        dx = jax.vjp(ours, jnp.asarray(x))[1](jnp.asarray(g))[0]
+        tan = jax.jvp(ours, (jnp.asarray(x),), (jnp.asarray(t),))[1]
+        for mode, got, want in (("vjp", dx, want_dx), ("jvp", tan, want_tan)):
+            errors[name, mode] = float(np.abs(np.asarray(got, np.float64) - want).max() / np.abs(want).max())
+    assert max(errors.values()) <= 1e-5, {k: f"{v:.1e}" for k, v in errors.items() if v > 1e-5}
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_eps_zero_rows_below_float32_normal_variance(dtype):
     # with eps=0 a row with std ~1e-20 has squares below float32's smallest normal, which XLA

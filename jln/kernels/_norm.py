@@ -301,7 +301,7 @@ def _bwd_block(spec: Spec, refs: Any, r0: Any, first_row: Any) -> list[Array | N
         xhat = x * rstd
     _, vjp = jax.vjp(_tail(spec), xhat, *ops)
     g, *dops = vjp(dy)
-    # d xhat / d x, the derivative of the core's statistics (jax derives it on the XLA path):
+    # d xhat / d x, the derivative of the core's statistics (the XLA path's rule, jln._stats._normalized):
     # LN:  rstd * (g - mean(g) - xhat * mean(g * xhat));  RMS: rstd * (g - xhat * mean(g * xhat))
     g = _zero_outside(cols_ok, g)
     proj = xhat * (_row_sum(g * xhat) / plan.n)
