@@ -8,8 +8,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _checks, _eager, _layer_norm, _stats
+from jln import _args, _checks, _dispatch, _eager, _stats
 from jln._checks import Axis
+from jln._contract.layer_norm import LayerNormSpec, modulation_rounded
 
 Array = jax.Array
 
@@ -140,7 +141,7 @@ def modulate(x: Array, shift: Array | None, scale: Array | None, *, scale_offset
     dtypes = [x.dtype] + [c.dtype for c in (sh, sc) if c is not None]
     mod_dtype = _stats.promote(*dtypes)
     with jax.named_scope(fn):
-        y = _layer_norm.modulation_rounded(_stats.upcast(x), sh, sc, float(scale_offset), x.dtype)
+        y = modulation_rounded(_stats.upcast(x), sh, sc, float(scale_offset), x.dtype)
         return y.astype(mod_dtype)
 
 
@@ -214,7 +215,8 @@ def adaptive_layer_norm(
         raise ValueError(
             f"{fn}: `use` names chunks {missing} that order {tuple(chunks)} does not have."
         )
-    axes, eps_f, s, b = _layer_norm.prepare(fn, x, scale, bias, axis, eps)
+    axes, s, b = _args.params(fn, x, scale, bias, axis)
+    eps_f = _checks.check_eps(eps, fn)
     try:
         sh = expand_condition(chunks[use[0]], x.shape, use[0], fn)
         sc = expand_condition(chunks[use[1]], x.shape, use[1], fn)
@@ -226,11 +228,9 @@ def adaptive_layer_norm(
             f"[{len(chunks)}*D], [B, {len(chunks)}*D] or x's leading shape with {len(chunks)}*D "
             f"features. Details: {e}"
         ) from e
-    mod_dtype = _stats.promote(x.dtype, sh.dtype, sc.dtype)
-    name, groups = _checks.check_axis_name(axis_name, axis_index_groups, fn)  # distributed
-    y = _layer_norm.ln_apply(
-        fn, impl, x, s, b, sh, sc, axes=axes, eps=eps_f, out_dtype=x.dtype,
-        mod_offset=float(scale_offset), mod_dtype=mod_dtype,
-        axis_name=name, axis_index_groups=groups,
+    spec = LayerNormSpec(
+        axes=axes, eps=eps_f, out_dtype=x.dtype, mod_offset=float(scale_offset),
+        mod_dtype=_stats.promote(x.dtype, sh.dtype, sc.dtype), shift_dtype=sh.dtype, mscale_dtype=sc.dtype,
+        **_args.dist(fn, impl, axis_name, axis_index_groups),
     )
-    return y, chunks
+    return _dispatch.apply(fn, impl, spec, x, (s, b, sh, sc)), chunks

@@ -12,7 +12,6 @@ array lives on, as an op-by-op call makes it.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import inspect
 from collections.abc import Callable
@@ -21,29 +20,9 @@ from typing import Any, TypeVar
 import jax
 import numpy as np
 
+from jln._platform import is_traced, platform_of, tracing_for
+
 F = TypeVar("F", bound=Callable[..., Any])
-
-_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar("jln_eager_platform", default=None)
-
-
-@functools.cache
-def _array_type() -> type:
-    """The type of JAX's concrete arrays (asked of one, so no private name is imported; made
-    concrete even when first asked while tracing)."""
-    with jax.ensure_compile_time_eval():
-        return type(jax.numpy.zeros(()))
-
-
-def is_traced(v: Any) -> bool:
-    """Whether ``v`` is a JAX value under a transformation (a ``jax.Array`` that is not a
-    concrete one); decided without ``jax.core``, whose exports newer JAX trims."""
-    return isinstance(v, jax.Array) and not isinstance(v, _array_type())
-
-
-def traced_platform() -> str | None:
-    """The platform of the eager call being compiled (see :func:`compiled_when_eager`), or
-    ``None`` outside one: what :func:`jln._dispatch.platform_of` answers for its tracers."""
-    return _PLATFORM.get()
 
 
 class _Typed:
@@ -86,16 +65,11 @@ def compiled_when_eager(*array_args: str) -> Callable[[F], F]:
 
         @functools.partial(jax.jit, static_argnums=(0, 1, 2))
         def compiled(names: tuple[str, ...], static: tuple[tuple[str, Any], ...], platform: str, *arrays: Any) -> Any:
-            token = _PLATFORM.set(platform)
-            try:
+            with tracing_for(platform):
                 return fn(**dict(zip(names, arrays, strict=True)), **{n: t.value for n, t in static})
-            finally:
-                _PLATFORM.reset(token)
 
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
-            from jln._dispatch import platform_of
-
             # the arguments by name (inspect's bind took 60% of this wrapper's time); anything
             # irregular goes to fn, which raises its own TypeError
             if len(args) > len(positional):

@@ -1,163 +1,17 @@
-"""LayerNorm and fused residual add + LayerNorm: the only place their formula lives."""
+"""LayerNorm and fused residual add + LayerNorm: the public functions (the formula is
+:class:`jln._contract.layer_norm.LayerNormSpec`'s)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
-from jln import _checks, _dispatch, _eager, _stats
+from jln import _args, _checks, _dispatch, _eager
 from jln._checks import Axis
+from jln._contract.layer_norm import LayerNormSpec
 
 Array = jax.Array
-
-
-def expand_param(p: Array, ndim: int, axes: tuple[int, ...]) -> Array:
-    """Reshape a per-feature parameter (shape of x at ``axes``) so it broadcasts against x."""
-    shape = []
-    it = iter(p.shape)
-    for i in range(ndim):
-        shape.append(next(it) if i in axes else 1)
-    return p.reshape(shape)
-
-
-def modulation_rounded(y: Array, shift: Array | None, mscale: Array | None, offset: float, y_dtype: Any) -> Array:
-    """``y * (offset + mscale) + shift`` with an eager framework's rounding after each op.
-
-    ``y`` holds values of dtype ``y_dtype`` in the (wider) statistics dtype. As torch
-    evaluates ``x * (1 + scale) + shift`` op by op: ``1 + scale`` rounds to ``scale``'s dtype,
-    the product to the promotion of ``y_dtype`` and ``scale``'s dtype, the sum to the
-    promotion of that and ``shift``'s dtype. Returns values of that last dtype, still held
-    in the statistics dtype.
-    """
-    after_scale, after_shift = modulation_dtypes(
-        y_dtype, None if shift is None else shift.dtype, None if mscale is None else mscale.dtype
-    )
-    if mscale is not None:
-        factor = _stats.round_to(offset + mscale.astype(y.dtype), mscale.dtype)
-        y = _stats.round_to(y * factor, after_scale)
-    if shift is not None:
-        y = _stats.round_to(y + shift.astype(y.dtype), after_shift)
-    return y
-
-
-def modulation_dtypes(y_dtype: Any, shift_dtype: Any, mscale_dtype: Any) -> tuple[jnp.dtype, jnp.dtype]:
-    """The dtypes :func:`modulation_rounded` rounds to: after ``* (offset + mscale)`` and after
-    ``+ shift`` (each is the previous one when that operand is absent)."""
-    after_scale = jnp.dtype(y_dtype) if mscale_dtype is None else _stats.promote(y_dtype, mscale_dtype)
-    after_shift = after_scale if shift_dtype is None else _stats.promote(after_scale, shift_dtype)
-    return after_scale, after_shift
-
-
-@_stats.remat
-def ln_body(
-    x: Array,
-    scale: Array | None,
-    bias: Array | None,
-    shift: Array | None,
-    mscale: Array | None,
-    *,
-    axes: tuple[int, ...],
-    eps: float,
-    out_dtype: Any,
-    mod_offset: float,
-    mod_dtype: Any,
-    axis_name: Any = None,
-    axis_index_groups: Any = None,
-) -> Array:
-    """``(x - mean) * rsqrt(var + eps) * scale + bias``, then optional modulation.
-
-    Arrays arrive already broadcastable against ``x``. Runs under the remat policy, so reverse
-    mode keeps ``x`` (own dtype), per-row mean/rstd and the parameters, nothing else (plus the
-    gathered per-shard row statistics when the rows are split across ``axis_name``).
-    """
-    x32 = _stats.upcast(x)
-    _, d, var = _stats.centered(x32, axes, axis_name, axis_index_groups)
-    y = _stats.normalized(x32, axes, eps, (d, var), axis_name, axis_index_groups)
-    return ln_affine(y, scale, bias, shift, mscale, out_dtype=out_dtype, mod_offset=mod_offset, mod_dtype=mod_dtype)
-
-
-def ln_affine(
-    y: Array,
-    scale: Array | None,
-    bias: Array | None,
-    shift: Array | None,
-    mscale: Array | None,
-    *,
-    out_dtype: Any,
-    mod_offset: float,
-    mod_dtype: Any,
-) -> Array:
-    """Everything after ``y = (x - mean) * rstd``: affine, output rounding, modulation.
-
-    ``y`` is in the statistics dtype; the other arrays are cast to it (exactly), so callers may
-    pass them in any floating dtype. Shared by :func:`ln_body` and the Pallas kernels.
-    """
-    sd = y.dtype
-    if scale is not None:
-        y = y * scale.astype(sd)
-    if bias is not None:
-        y = y + bias.astype(sd)
-    modulated = shift is not None or mscale is not None
-    if modulated:
-        y = modulation_rounded(_stats.round_to(y, out_dtype), shift, mscale, mod_offset, out_dtype)
-    return y.astype(result_dtype(out_dtype, mod_dtype, modulated))
-
-
-def result_dtype(out_dtype: Any, mod_dtype: Any, modulated: bool) -> jnp.dtype:
-    """The dtype of LayerNorm's result: ``mod_dtype`` when a modulation (shift or scale)
-    follows the norm, else ``out_dtype`` (the kernels size their outputs with it)."""
-    return jnp.dtype(mod_dtype if modulated else out_dtype)
-
-
-def ln_apply(
-    fn: str,
-    impl: str,
-    x: Array,
-    scale: Array | None,
-    bias: Array | None,
-    shift: Array | None,
-    mscale: Array | None,
-    *,
-    axes: tuple[int, ...],
-    eps: float,
-    out_dtype: Any,
-    mod_offset: float = 1.0,
-    mod_dtype: Any = None,
-    axis_name: Any = None,
-    axis_index_groups: Any = None,
-    addends: tuple[Array, Array] | None = None,
-) -> Any:
-    """Run the LayerNorm contract through XLA (:func:`ln_body`) or a Pallas kernel; with
-    ``addends`` (``x`` being their sum), ``(y, s)`` (see :func:`jln._dispatch.apply`)."""
-    static = dict(axes=axes, eps=eps, out_dtype=out_dtype, mod_offset=mod_offset, mod_dtype=mod_dtype)
-    return _dispatch.apply(
-        fn, impl, "layer_norm", ln_body, "ln", x, (scale, bias, shift, mscale), static,
-        axis_name, axis_index_groups, addends,
-    )
-
-
-def prepare(
-    fn: str, x: Any, scale: Any, bias: Any, axis: Axis, eps: Any
-) -> tuple[tuple[int, ...], float, Array | None, Array | None]:
-    """Validate a LayerNorm call; return (axes, eps, scale, bias) with params broadcastable."""
-    axes, s, b = prepare_params(fn, x, scale, bias, axis)
-    return axes, _checks.check_eps(eps, fn), s, b
-
-
-def prepare_params(
-    fn: str, x: Any, scale: Any, bias: Any, axis: Axis
-) -> tuple[tuple[int, ...], Array | None, Array | None]:
-    """Check ``x``, ``axis`` and the per-feature params; return (axes, scale, bias) reshaped
-    to broadcast against ``x``. Shared by every norm's argument check."""
-    _checks.check_floating(x, fn)
-    axes = _checks.normalize_axes(axis, x.ndim, fn)
-    _checks.check_param(scale, "scale", x.shape, axes, fn)
-    _checks.check_param(bias, "bias", x.shape, axes, fn)
-    s = None if scale is None else expand_param(jnp.asarray(scale), x.ndim, axes)
-    b = None if bias is None else expand_param(jnp.asarray(bias), x.ndim, axes)
-    return axes, s, b
 
 
 @_eager.compiled_when_eager("x", "scale", "bias")
@@ -221,29 +75,13 @@ def layer_norm(
     Reference: Ba, Kiros and Hinton, "Layer Normalization" (2016).
     """
     fn = "jln.layer_norm"
-    axes, eps_f, s, b = prepare(fn, x, scale, bias, axis, eps)
-    name, groups = _checks.check_axis_name(axis_name, axis_index_groups, fn)
-    return ln_apply(
-        fn, impl, x, s, b, None, None, axes=axes, eps=eps_f, out_dtype=x.dtype,
-        axis_name=name, axis_index_groups=groups,
+    axes, s, b = _args.params(fn, x, scale, bias, axis)
+    spec = LayerNormSpec(
+        axes=axes, eps=_checks.check_eps(eps, fn), out_dtype=x.dtype,
+        **_args.dist(fn, impl, axis_name, axis_index_groups),
     )
+    return _dispatch.apply(fn, impl, spec, x, (s, b, None, None))
 
-
-def residual_sum(fn: str, x: Any, residual: Any, residual_in_fp32: bool) -> Array:
-    """``x + residual`` in their promoted dtype, or in float32 (float64 stays) when asked."""
-    _checks.check_floating(x, fn)
-    _checks.check_floating(residual, fn, "residual")
-    _checks.check_same_shape(x, residual, ("x", "residual"), fn)
-    dtype = _stats.promote(x.dtype, residual.dtype)
-    if residual_in_fp32:
-        dtype = _stats.promote(dtype, jnp.float32)
-    return add_in(x, residual, dtype)
-
-
-def add_in(x: Array, residual: Array, dtype: Any) -> Array:
-    """``x + residual`` computed in ``dtype`` (the residual step of ``add_*_norm``; the Pallas
-    kernels' forward-mode tangent uses it too)."""
-    return x.astype(dtype) + residual.astype(dtype)
 
 
 @_eager.compiled_when_eager("x", "residual", "scale", "bias")
@@ -291,11 +129,11 @@ def add_layer_norm(
       Array([1., 2., 3., 4.], dtype=float32)
     """
     fn = "jln.add_layer_norm"
-    s = residual_sum(fn, x, residual, residual_in_fp32)
-    axes, eps_f, sc, b = prepare(fn, s, scale, bias, axis, eps)
-    name, groups = _checks.check_axis_name(axis_name, axis_index_groups, fn)
-    y, s = ln_apply(
-        fn, impl, s, sc, b, None, None, axes=axes, eps=eps_f, out_dtype=x.dtype,
-        axis_name=name, axis_index_groups=groups, addends=(x, residual),
+    s = _args.residual_sum(fn, x, residual, residual_in_fp32)
+    axes, sc, b = _args.params(fn, s, scale, bias, axis)
+    spec = LayerNormSpec(
+        axes=axes, eps=_checks.check_eps(eps, fn), out_dtype=x.dtype,
+        **_args.dist(fn, impl, axis_name, axis_index_groups),
     )
+    y, s = _dispatch.apply(fn, impl, spec, s, (sc, b, None, None), addends=(x, residual))
     return y, s

@@ -33,10 +33,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jln import _checks, _dispatch, _monitor, _stats
+from jln import _checks, _monitor, _platform, _stats
 from jln._adaptive import adaptive_layer_norm, modulate, resolve_order, split_condition
+from jln._contract.rms_norm import resolve_convention
 from jln._layer_norm import layer_norm
-from jln._rms_norm import resolve_convention, rms_norm
+from jln._rms_norm import rms_norm
 
 Array = jax.Array
 Params = Mapping[str, Any]
@@ -216,7 +217,7 @@ def _check_common(cfg: Any, fn: str) -> None:
     for name in ("axis", "axis_index_groups", "order"):
         if isinstance(getattr(cfg, name, None), list):
             object.__setattr__(cfg, name, _frozen(getattr(cfg, name)))
-    _checks.check_choice(cfg.impl, "impl", _dispatch.IMPLS, fn)
+    _checks.check_choice(cfg.impl, "impl", _platform.IMPLS, fn)
     if cfg.dtype is not None:
         dt = jnp.dtype(cfg.dtype)
         if not jnp.issubdtype(dt, jnp.floating):

@@ -347,18 +347,3 @@ def safe_sqrt(v: Array) -> Array:
     never produces a NaN gradient for an all-zero row)."""
     positive = v > 0
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, v, 1)), 0)
-
-
-def remat(fn: Any) -> Any:
-    """Wrap a norm body so reverse mode saves only its inputs and the named statistics.
-
-    ``jax.checkpoint`` (unlike a plain ``custom_vjp``) keeps forward mode, grad-of-grad,
-    vmap and scan working. Arguments after the arrays are static.
-    """
-
-    @functools.wraps(fn)
-    def wrapped(*args: Any, **static: Any) -> Any:
-        body = functools.partial(fn, **static)
-        return jax.checkpoint(body, policy=REMAT_POLICY)(*args)
-
-    return wrapped

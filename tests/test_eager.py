@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import jln
-from jln import _dispatch, _eager
+from jln import _dispatch, _platform
 
 DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
 
@@ -40,13 +40,13 @@ def _calls(dtype: Any, impl: str) -> dict[str, tuple[Any, tuple[Any, ...], dict[
 
 def test_is_traced_tells_tracers_from_arrays() -> None:
     # (the concrete type first asked for while tracing, as a first eager call inside jit would)
-    _eager._array_type.cache_clear()
+    _platform._array_type.cache_clear()
     seen: list[bool] = []
     x = jnp.ones(3)
-    jax.jit(lambda v: seen.append(_eager.is_traced(v)) or v)(x)
-    jax.grad(lambda v: seen.append(_eager.is_traced(v)) or v.sum())(x)
+    jax.jit(lambda v: seen.append(_platform.is_traced(v)) or v)(x)
+    jax.grad(lambda v: seen.append(_platform.is_traced(v)) or v.sum())(x)
     assert seen == [True, True]
-    assert not _eager.is_traced(x) and not _eager.is_traced(np.ones(3)) and not _eager.is_traced(1.0)
+    assert not _platform.is_traced(x) and not _platform.is_traced(np.ones(3)) and not _platform.is_traced(1.0)
 
 
 @pytest.mark.parametrize("impl", ["auto", "xla"])
@@ -77,9 +77,9 @@ def test_eager_call_is_traced_once_with_the_arrays_platform(monkeypatch: pytest.
     seen: list[tuple[bool, str, str | None]] = []
     choose = _dispatch.choose
 
-    def spy(impl: str, fn: str, op: str, x: Any, *args: Any, **kwargs: Any) -> str:
-        seen.append((_eager.is_traced(x), _dispatch.platform_of(x), _eager.traced_platform()))
-        return choose(impl, fn, op, x, *args, **kwargs)
+    def spy(fn: str, impl: str, spec: Any, x: Any, *args: Any) -> str:
+        seen.append((_platform.is_traced(x), _platform.platform_of(x), _platform.traced_platform()))
+        return choose(fn, impl, spec, x, *args)
 
     monkeypatch.setattr(_dispatch, "choose", spy)
     x = jax.device_put(jnp.ones((3, 7, 40), jnp.float32), jax.devices("cpu")[0])  # a shape no other test uses
@@ -89,7 +89,7 @@ def test_eager_call_is_traced_once_with_the_arrays_platform(monkeypatch: pytest.
     assert seen == [(True, "cpu", "cpu")]  # cached
     jln.layer_norm(x, eps=0.25)
     assert len(seen) == 2  # another static argument: traced again
-    assert _eager.traced_platform() is None  # reset after tracing
+    assert _platform.traced_platform() is None  # reset after tracing
     np.testing.assert_allclose(np.asarray(y), 0.0, atol=1e-6)
 
 
@@ -99,8 +99,8 @@ def test_eager_calls_that_stay_op_by_op_still_work(monkeypatch: pytest.MonkeyPat
     x, emb = _arrays((2, 3, 16), jnp.float32, 3)[0], _arrays((2, 32), jnp.float32, 4)[0]
     traced: list[bool] = []
     choose = _dispatch.choose
-    monkeypatch.setattr(_dispatch, "choose", lambda impl, fn, op, x, *a, **k: traced.append(
-        _eager.is_traced(x)) or choose(impl, fn, op, x, *a, **k))
+    monkeypatch.setattr(_dispatch, "choose", lambda fn, impl, spec, x, *a: traced.append(
+        _platform.is_traced(x)) or choose(fn, impl, spec, x, *a))
     want = jln.layer_norm(x, eps=0.125)
     traced.clear()
     got = jln.layer_norm(x, eps=jnp.float32(0.125))

@@ -14,6 +14,7 @@ import pytest
 
 import jln
 from jln import kernels
+from jln._contract.layer_norm import LayerNormSpec
 from jln.kernels import _plan
 
 F32, BF16, F16 = jnp.float32, jnp.bfloat16, jnp.float16
@@ -336,6 +337,7 @@ def test_gpu_without_the_triton_backend_stays_on_xla(monkeypatch):
     # GPU and impl="pallas" says why, instead of failing inside the kernel call
     monkeypatch.setattr(kernels, "_triton_available", lambda: False)
     x = jnp.ones((2, 8))
-    why = kernels.unsupported_reason("layer_norm", x, None, backend="gpu", axes=(1,), out_dtype=x.dtype)
+    spec = LayerNormSpec(axes=(1,), eps=1e-5, out_dtype=x.dtype)
+    why = kernels.unsupported_reason(spec, x, (), "gpu")
     assert why is not None and "Triton" in why
-    assert kernels.unsupported_reason("layer_norm", x, None, backend="tpu", axes=(1,), out_dtype=x.dtype) is None
+    assert kernels.unsupported_reason(spec, x, (), "tpu") is None

@@ -138,10 +138,11 @@ def test_auto_takes_native_kernels_and_xla_does_not() -> None:
         return jax.jit(f).lower(x, w, b).as_text()
 
     from jln import _dispatch
+    from jln._contract.layer_norm import LayerNormSpec
 
-    static = dict(axes=(2,), eps=1e-5, out_dtype=x.dtype, mod_offset=1.0, mod_dtype=None)
-    path = _dispatch.choose("auto", "t", "layer_norm", x, None, (w, b, None, None), **static)
-    why = _cpu.unsupported_reason("layer_norm", x, (w, b, None, None), None, static)
+    spec = LayerNormSpec(axes=(2,), eps=1e-5, out_dtype=x.dtype)
+    path = _dispatch.choose("t", "auto", spec, x, (w, b, None, None))
+    why = _cpu.unsupported_reason(spec, x, (w, b, None, None))
     assert path == "native", (path, why, jax.device_count(), jax.default_backend())
     auto = hlo("auto")
     assert "jln_cpu_norm_fwd" in auto and "jln_cpu_norm_bwd" in auto
@@ -209,21 +210,22 @@ def test_fused_residual_step_in_the_compiled_program() -> None:
 def test_eager_cpu_array_runs_on_the_cpu_whatever_the_default_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     # on a GPU machine, an eager call on a CPU array must not pick the GPU kernels: the
     # platform comes from the array's devices; a traced value has none (the default decides)
-    from jln import _dispatch
+    from jln import _dispatch, _platform
+    from jln._contract.layer_norm import LayerNormSpec
 
     x, w, b, _ = _inputs(jnp.float32)
     want = jln.layer_norm(x, w, b, impl="xla")
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    static = dict(axes=(2,), eps=1e-5, out_dtype=x.dtype, mod_offset=1.0, mod_dtype=None)
-    assert _dispatch.platform_of(x) == "cpu"
-    assert _dispatch.choose("auto", "t", "layer_norm", x, None, (w, b, None, None), **static) == "native"
+    spec = LayerNormSpec(axes=(2,), eps=1e-5, out_dtype=x.dtype)
+    assert _platform.platform_of(x) == "cpu"
+    assert _dispatch.choose("t", "auto", spec, x, (w, b, None, None)) == "native"
     _close(jln.layer_norm(x, w, b), want, "eager auto, default backend 'gpu'")
     # a forced impl="pallas" on that array runs the kernels in interpret mode, as on a CPU machine
     _close(jln.layer_norm(x, w, b, impl="pallas"), want, "eager pallas, default backend 'gpu'")
     seen: list[str] = []
-    jax.make_jaxpr(lambda x: seen.append(_dispatch.platform_of(x)) or x)(x)
+    jax.make_jaxpr(lambda x: seen.append(_platform.platform_of(x)) or x)(x)
     assert seen == ["gpu"]
-    assert _dispatch.platform_of(np.asarray(x)) == "gpu"  # a host array: the default backend
+    assert _platform.platform_of(np.asarray(x)) == "gpu"  # a host array: the default backend
 
 
 def test_large_offset_keeps_full_precision() -> None:

@@ -32,7 +32,7 @@ import numpy as np
 
 from jln import _registry
 from jln._compare import ulp_text
-from jln._dispatch import IMPLS
+from jln._platform import IMPLS
 from jln.cli import DTYPE_ALIASES, output_path_problem
 from jln.testing import ParityResult, _failed_report, _jax_module, _param_grads, check_matches_torch
 

@@ -1,9 +1,9 @@
 """Pallas kernels implementing the exact contract of jln's XLA bodies.
 
-Entry points mirror ``jln._layer_norm.ln_body`` and ``jln._rms_norm.rms_body``: same
-arguments, same numerics (float32 pivot-shifted statistics, every convention's rounding
-through the core's own helpers), same reverse-mode residuals (``x`` in its own dtype, per-row
-float32 statistics, the parameters).
+:func:`run` takes a family spec of :mod:`jln._contract` and implements its XLA body: same
+numerics (float32 pivot-shifted statistics, every convention's rounding through the spec's own
+``tail``), same reverse-mode residuals (``x`` in its own dtype, per-row float32 statistics,
+the parameters).
 
 Targets: Pallas Triton on NVIDIA GPUs (validated and timed on an H200; ``impl="auto"`` takes
 them there, see :func:`native`), Pallas Mosaic on TPUs (lowered for a TPU in the tests,
@@ -44,7 +44,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _checks, _distributed, _layer_norm, _rms_norm
+from jln import _checks, _distributed
+from jln._contract import NormSpec
+from jln._platform import platform_of
 from jln.kernels import _norm, _plan
 
 Array = jax.Array
@@ -54,6 +56,9 @@ Array = jax.Array
 INTERPRET_TARGET = "gpu"
 
 _TARGETS = {"gpu": "gpu", "tpu": "tpu", "cpu": "interpret"}
+
+#: The families the kernels implement (their statistics: centred or root-mean-square).
+FAMILIES = ("layer_norm", "rms_norm")
 
 
 #: Widest row ``impl="auto"`` sends to the GPU kernels: the widest measured on hardware
@@ -87,7 +92,7 @@ def _triton_available() -> bool:
     return True
 
 
-def unsupported_reason(op: str, x: Any, axis_name: Any, *, backend: str, **static: Any) -> str | None:
+def unsupported_reason(spec: NormSpec, x: Any, operands: tuple[Any, ...], backend: str) -> str | None:
     """``None`` when a kernel handles this call, else a sentence saying why not."""
     if backend not in _TARGETS:
         return f"no Pallas target for backend {backend!r} (kernels run on gpu, tpu, or cpu in interpret mode)"
@@ -96,18 +101,17 @@ def unsupported_reason(op: str, x: Any, axis_name: Any, *, backend: str, **stati
             "this jax has no Pallas Triton backend (jax 0.11 deprecates it; the kernels use it on "
             "NVIDIA GPUs)"
         )
-    if axis_name is not None:
+    if spec.axis_name is not None:
         return _distributed.CROSS_DEVICE_REASON
-    if op not in ("layer_norm", "rms_norm"):
-        return f"no kernel for op {op!r}"
-    axes = tuple(static["axes"])
-    ndim = x.ndim
+    if spec.op not in FAMILIES:
+        return f"no Pallas kernel for {spec.op!r}"
+    axes, ndim = spec.axes, x.ndim
     if axes != tuple(range(ndim - len(axes), ndim)):
         return (
             f"kernels normalize the trailing axes of x only; received axes={axes} for "
             f"x.ndim={ndim} (move the normalized axes last, e.g. with jnp.moveaxis)"
         )
-    dtypes = [x.dtype] + [static[k] for k in ("out_dtype", "mod_dtype") if static.get(k) is not None]
+    dtypes = [x.dtype, spec.result_dtype]
     if any(jnp.dtype(d) not in (jnp.float32, jnp.bfloat16, jnp.float16) for d in dtypes):
         return f"kernels take float32, bfloat16 and float16 (received {[str(jnp.dtype(d)) for d in dtypes]}); float64 runs on the XLA path"
     if not all(isinstance(d, int) for d in x.shape):
@@ -126,9 +130,7 @@ def unsupported_reason(op: str, x: Any, axis_name: Any, *, backend: str, **stati
 def _target(x: Any) -> tuple[str, bool]:
     """The kernels' target for a call on ``x`` (its platform, as dispatch sees it), and whether
     that is interpret mode (on CPU)."""
-    from jln import _dispatch
-
-    backend = _dispatch.platform_of(x)
+    backend = platform_of(x)
     if backend == "cpu":
         return INTERPRET_TARGET, True
     return backend, False
@@ -144,77 +146,23 @@ def _prepare(c: Array, x_shape: tuple[int, ...], k: int, n: int) -> Array:
     return c.reshape(c.shape[:k] + (n,))
 
 
-def _run(
-    op: str, x: Array, named: dict[str, Array | None], axes: tuple[int, ...], static: dict[str, Any],
-    addends: tuple[Array, Array] | None = None,
-) -> Any:
-    """The kernel call on ``x`` (``[*rows, *normalized]``); with ``addends = (a, b)``, ``x`` is
-    their sum ``s`` as the XLA path computes it (only its shape and dtype are used) and the
-    kernel reads ``a`` and ``b``, returning ``(y, s)``."""
-    k = x.ndim - len(axes)
-    rows, n = _checks.rows_and_width(x.shape, len(axes))
+def run(spec: NormSpec, x: Array, operands: tuple[Array | None, ...], addends: tuple[Array, Array] | None = None) -> Any:
+    """The kernel path of ``spec.body(x, *operands)`` (same result) on ``x``
+    (``[*rows, *normalized]``); with ``addends = (a, b)``, ``x`` is their sum ``s`` as the XLA
+    path computes it (only its shape and dtype are used): the kernel reads ``a`` and ``b``
+    and this returns ``(y, s)``."""
+    k = x.ndim - len(spec.axes)
+    n = _checks.rows_and_width(x.shape, len(spec.axes))[1]
     target, interpret = _target(x)
-    present = {name: c for name, c in named.items() if c is not None}
+    present = {name: c for name, c in zip(spec.operands, operands, strict=True) if c is not None}
     arrays = [_prepare(c, x.shape, k, n) for c in present.values()]
-    plan = _plan.make_plan(target, interpret, rows, n, x.dtype, ())  # redone per call by _norm.localize
     add = None if addends is None else (jnp.dtype(x.dtype), jnp.dtype(addends[0].dtype), jnp.dtype(addends[1].dtype))
-    spec = _norm.Spec(op, plan, tuple(present), (), tuple(sorted(static.items())), add)
+    kspec = _norm.Spec(spec.on_rows(k + 1), _plan.unplanned(target, interpret, n), tuple(present), (), add)
 
     def flat(a: Array) -> Array:  # the row axes stay separate, so their sharding carries over
         return a.reshape(x.shape[:k] + (n,))
 
     if addends is None:
-        return _norm.call(spec, flat(x), *arrays).reshape(x.shape)
-    y, s = _norm.call_add(spec, flat(addends[0]), flat(addends[1]), *arrays)
+        return _norm.call(kspec, flat(x), *arrays).reshape(x.shape)
+    y, s = _norm.call_add(kspec, flat(addends[0]), flat(addends[1]), *arrays)
     return y.reshape(x.shape), s.reshape(x.shape)
-
-
-def ln(
-    x: Array,
-    scale: Array | None,
-    bias: Array | None,
-    shift: Array | None,
-    mscale: Array | None,
-    *,
-    axes: tuple[int, ...],
-    eps: float,
-    out_dtype: Any,
-    mod_offset: float,
-    mod_dtype: Any,
-    addends: tuple[Array, Array] | None = None,
-) -> Any:
-    """The kernel path of :func:`jln._layer_norm.ln_body` (same arguments, same result).
-
-    With ``addends = (a, b)`` (``x`` being ``a + b`` as the XLA path adds them), the kernel
-    fuses the residual add and returns ``(y, s)``."""
-    static = dict(axes=axes, eps=eps, out_dtype=out_dtype, mod_offset=mod_offset, mod_dtype=mod_dtype)
-    if x.size == 0:  # no rows: nothing for a kernel to do
-        y = _layer_norm.ln_body(x, scale, bias, shift, mscale, **static)
-        return y if addends is None else (y, x)
-    kw = dict(eps=eps, out_dtype=jnp.dtype(out_dtype), mod_offset=mod_offset,
-              mod_dtype=None if mod_dtype is None else jnp.dtype(mod_dtype))
-    named = dict(scale=scale, bias=bias, shift=shift, mscale=mscale)
-    return _run("ln", x, named, axes, kw, addends)
-
-
-def rms(
-    x: Array,
-    scale: Array | None,
-    bias: Array | None,
-    *,
-    axes: tuple[int, ...],
-    eps: float,
-    convention: str,
-    io_dtype: Any,
-    out_dtype: Any,
-    addends: tuple[Array, Array] | None = None,
-) -> Any:
-    """The kernel path of :func:`jln._rms_norm.rms_body` (same arguments, same result; with
-    ``addends``, the fused residual add as in :func:`ln`)."""
-    static = dict(axes=axes, eps=eps, convention=convention, io_dtype=io_dtype, out_dtype=out_dtype)
-    if x.size == 0:
-        y = _rms_norm.rms_body(x, scale, bias, **static)
-        return y if addends is None else (y, x)
-    kw = dict(eps=eps, convention=convention, io_dtype=jnp.dtype(io_dtype), out_dtype=jnp.dtype(out_dtype),
-              scale_dtype=None if scale is None else jnp.dtype(scale.dtype))
-    return _run("rms", x, dict(scale=scale, bias=bias), axes, kw, addends)

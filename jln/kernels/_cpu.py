@@ -6,11 +6,11 @@ materialize float32 ``[rows, n]`` intermediates (measured: 33-43% of copy bandwi
 kernels in ``cpu_norm.cc`` keep each row in cache for both passes and write ``y`` in the
 same sweep, forward and backward, on XLA's intra-op thread pool.
 
-Contract: the XLA bodies :func:`jln._layer_norm.ln_body` (with adaptive modulation) and
-:func:`jln._rms_norm.rms_body` (every convention but ``seed``), as stated at the top of
-``cpu_norm.cc``; the tests compare them elementwise. Each convention's rounding becomes
-``round_*``/``gemma`` flags derived here from the core's own dtype rules
-(:func:`jln._rms_norm.rms_steps`, :func:`jln._layer_norm.modulation_dtypes`).
+Contract: the XLA bodies of :mod:`jln._contract`'s LayerNorm (with adaptive modulation) and
+RMSNorm (every convention but ``seed``) specs, as stated at the top of ``cpu_norm.cc``; the
+tests compare them elementwise. Each convention's rounding becomes ``round_*``/``gemma`` flags
+derived here from the contract's own dtype rules (:attr:`RMSNormSpec.steps`,
+:func:`modulation_dtypes`).
 
 Transforms, all with public JAX machinery except small primitives of jln's own:
 
@@ -66,7 +66,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jln import _checks, _distributed, _layer_norm, _rms_norm, _stats
+from jln import _checks, _distributed, _stats
+from jln._contract import NormSpec, add_in
+from jln._contract.layer_norm import LayerNormSpec, modulation_dtypes
+from jln._contract.rms_norm import RMSNormSpec
 from jln.kernels import _export
 
 Array = jax.Array
@@ -285,24 +288,26 @@ def available() -> str | None:
 
 
 class Spec(NamedTuple):
-    """Static description of one norm: the kernel's flags and the XLA body they implement."""
+    """Static description of one norm: the kernel's flags and the family spec they implement."""
 
-    op: str  # "ln" or "rms"
-    eps: float
+    family: NormSpec  # the contract, on the kernel layout ([rows, n], normalized over n)
     center: bool
     gemma: bool
     rounds: tuple[int, int, int, int, int, int]  # round_h, round_y, round_b, round_f, round_s, round_m
     offset: float  # adaptive modulation: y * (offset + mscale)
     has: tuple[bool, bool, bool, bool]  # scale, bias, shift, mscale
-    y_dtype: Any
     param_dtypes: tuple[Any, Any, Any, Any]
-    static: tuple[tuple[str, Any], ...]  # the XLA body's keyword arguments (minus axes)
+
+    @property
+    def y_dtype(self) -> jnp.dtype:
+        return self.family.result_dtype
 
     def attrs(self) -> dict[str, Any]:
         names = ("round_h", "round_y", "round_b", "round_f", "round_s", "round_m")
         return dict(
-            threads=np.int32(threads()), eps=np.float32(self.eps), offset=np.float32(self.offset), center=np.int32(self.center),
-            gemma=np.int32(self.gemma), **{k: np.int32(v) for k, v in zip(names, self.rounds, strict=True)},
+            threads=np.int32(threads()), eps=np.float32(self.family.eps), offset=np.float32(self.offset),
+            center=np.int32(self.center), gemma=np.int32(self.gemma),
+            **{k: np.int32(v) for k, v in zip(names, self.rounds, strict=True)},
             **{k: np.int32(v) for k, v in zip(_HAS, self.has, strict=True)},
         )
 
@@ -343,10 +348,7 @@ def _xla(spec: Spec, x: Array, *params: Array) -> Array:
         jnp.repeat(p.astype(dt), rows // p.shape[-2], axis=-2) if on else None
         for p, dt, on in zip(params, spec.param_dtypes, spec.has, strict=True)
     ]
-    kw = dict(spec.static, axes=(x.ndim - 1,))
-    if spec.op == "ln":
-        return _layer_norm.ln_body(x, *full, **kw)
-    return _rms_norm.rms_body(x, full[0], full[1], **kw)
+    return spec.family.on_rows(x.ndim).body(x, *full[: len(spec.family.operands)])
 
 
 # ----------------------------------------------------------------------------- FFI calls
@@ -398,7 +400,7 @@ def _xla_fwd(spec: Spec, x: Array, *params: Array) -> tuple[Array, Array, Array]
 
 
 def _xla_fwd_add(spec: Spec, x: Array, residual: Array, *params: Array) -> tuple[Array, Array, Array, Array]:
-    s = _layer_norm.add_in(x, residual, x.dtype)
+    s = add_in(x, residual, x.dtype)
     y, m, r = _xla_fwd(spec, s, *params)
     return y, s, m, r
 
@@ -672,110 +674,84 @@ def _grouped(p: Array, x_shape: tuple[int, ...], k: int, n: int) -> Array:
     return p.reshape(math.prod(x_shape[:i]), n)
 
 
-def _run(spec: Spec, x: Array, params: tuple[Array | None, ...], axes: tuple[int, ...],
-         addends: tuple[Array, Array] | None) -> Any:
+def _ln_flags(spec: LayerNormSpec) -> tuple[bool, bool, tuple[int, ...], float]:
+    """LayerNorm's kernel flags ``(center, gemma, rounds, offset)``: the output rounding of
+    the spec's tail, then its modulation steps (:func:`modulation_dtypes`)."""
+    round_b = round_f = round_s = 0
+    if spec.modulated:
+        after_scale, after_shift = modulation_dtypes(spec.out_dtype, spec.shift_dtype, spec.mscale_dtype)
+        round_b = _kind(spec.out_dtype)
+        round_f = _kind(after_scale) if spec.mscale_dtype is not None else 0
+        round_s = _kind(after_shift) if spec.shift_dtype is not None else 0
+    return True, False, (0, 0, round_b, round_f, round_s, _kind(spec.mscale_dtype)), spec.mod_offset
+
+
+def _rms_flags(spec: RMSNormSpec) -> tuple[bool, bool, tuple[int, ...], float]:
+    """RMSNorm's kernel flags: the convention's steps (:attr:`RMSNormSpec.steps`)."""
+    gemma, step_h, step_y = spec.steps
+    return False, gemma, (_kind(step_h), _kind(step_y), 0, 0, 0, 0), 1.0
+
+
+#: The families these kernels implement, and each one's flags.
+FLAGS_OF: dict[str, Any] = {"layer_norm": _ln_flags, "rms_norm": _rms_flags}
+
+
+def _grouped(p: Array, x_shape: tuple[int, ...], k: int, n: int) -> Array:
+    """A parameter broadcastable against ``x`` as ``[groups, n]`` (its own dtype): rows of ``x`` in
+    equal consecutive blocks (1 group for a per-feature vector, one per example for a
+    ``[B, 1, D]`` condition; a layout that is not a prefix of the row axes is broadcast)."""
+    p = jnp.asarray(p)
+    p = p.reshape((1,) * (len(x_shape) - p.ndim) + p.shape)
+    lead = p.shape[:k]
+    i = max((j + 1 for j, d in enumerate(lead) if d != 1), default=0)
+    p = jnp.broadcast_to(p, x_shape[:i] + (1,) * (k - i) + x_shape[k:])
+    return p.reshape(math.prod(x_shape[:i]), n)
+
+
+def run(spec: NormSpec, x: Array, operands: tuple[Array | None, ...], addends: tuple[Array, Array] | None = None) -> Any:
+    """The native path of ``spec.body(x, *operands)`` (same result). With ``addends = (a, b)``
+    (``x`` being ``a + b``) it returns ``(y, s)``, the kernel fusing the residual step when
+    ``a``, ``b`` and ``x`` share one dtype."""
     reason = available()
     if reason is not None:
         raise RuntimeError(f"impl='native': {reason}")
-    k = x.ndim - len(axes)
-    shape2 = _checks.rows_and_width(x.shape, len(axes))
-    n = shape2[1]
-    flat = [_dummy(jnp.float32) if p is None else _grouped(p, x.shape, k, n) for p in params]
+    params = (*operands, None, None, None, None)[:_NP]
+    present = tuple(p is not None for p in params)
+    center, gemma, rounds, offset = FLAGS_OF[spec.op](spec)
+    k = x.ndim - len(spec.axes)
+    shape2 = _checks.rows_and_width(x.shape, len(spec.axes))
+    kspec = Spec(spec.on_rows(2), center, gemma, rounds, offset, present,  # type: ignore[arg-type]
+                 tuple(_dtype(p) for p in params))  # type: ignore[arg-type]
+    flat = [_dummy(jnp.float32) if p is None else _grouped(p, x.shape, k, shape2[1]) for p in params]
     # the residual step is fused when x, the residual and their sum x share one dtype;
     # otherwise XLA has added them (x), and the kernel normalizes x
     if addends is not None and addends[0].dtype == addends[1].dtype == x.dtype:
-        y, s, _, _ = _forward_add(spec, addends[0].reshape(shape2), addends[1].reshape(shape2), *flat)
+        y, s, _, _ = _forward_add(kspec, addends[0].reshape(shape2), addends[1].reshape(shape2), *flat)
         return y.reshape(x.shape), s.reshape(x.shape)
-    y, _, _ = _forward(spec, x.reshape(shape2), *flat)
+    y, _, _ = _forward(kspec, x.reshape(shape2), *flat)
     return y.reshape(x.shape) if addends is None else (y.reshape(x.shape), x)
 
 
-def ln(
-    x: Array,
-    scale: Array | None,
-    bias: Array | None,
-    shift: Array | None,
-    mscale: Array | None,
-    *,
-    axes: tuple[int, ...],
-    eps: float,
-    out_dtype: Any,
-    mod_offset: float,
-    mod_dtype: Any,
-    addends: tuple[Array, Array] | None = None,
-) -> Any:
-    """The native path of :func:`jln._layer_norm.ln_body` (same arguments, same result).
-
-    With ``addends = (a, b)`` (``x`` being ``a + b``) it returns ``(y, s)``, the kernel
-    fusing the residual step when ``a``, ``b`` and ``x`` share one dtype."""
-    params = (scale, bias, shift, mscale)
-    modulated = shift is not None or mscale is not None
-    round_b = round_f = round_s = 0
-    if modulated:  # ln_affine's rounding to out_dtype, then modulation_rounded's steps
-        after_scale, after_shift = _layer_norm.modulation_dtypes(out_dtype, _dtype(shift), _dtype(mscale))
-        round_b = _kind(out_dtype)
-        round_f = _kind(after_scale) if mscale is not None else 0
-        round_s = _kind(after_shift) if shift is not None else 0
-    spec = Spec(
-        "ln", float(eps), True, False, (0, 0, round_b, round_f, round_s, _kind(_dtype(mscale))),
-        float(mod_offset), tuple(p is not None for p in params),  # type: ignore[arg-type]
-        _layer_norm.result_dtype(out_dtype, mod_dtype, modulated), tuple(_dtype(p) for p in params),  # type: ignore[arg-type]
-        (("eps", eps), ("out_dtype", jnp.dtype(out_dtype)), ("mod_offset", mod_offset), ("mod_dtype", mod_dtype)),
-    )
-    return _run(spec, x, params, axes, addends)
-
-
-def rms(
-    x: Array,
-    scale: Array | None,
-    bias: Array | None,
-    *,
-    axes: tuple[int, ...],
-    eps: float,
-    convention: str,
-    io_dtype: Any,
-    out_dtype: Any,
-    addends: tuple[Array, Array] | None = None,
-) -> Any:
-    """The native path of :func:`jln._rms_norm.rms_body` for every convention but ``seed``
-    (``addends``: as for :func:`ln`)."""
-    if convention not in _rms_norm.CONVENTIONS or convention == "seed":
-        raise ValueError(f"no native CPU kernel for the {convention!r} RMSNorm convention")
-    gemma, step_h, step_y = _rms_norm.rms_steps(convention, io_dtype, _dtype(scale), bias is not None)
-    round_h, round_y = _kind(step_h), _kind(step_y)
-    params = (scale, bias, None, None)
-    spec = Spec(
-        "rms", float(eps), False, gemma, (round_h, round_y, 0, 0, 0, 0), 1.0,
-        tuple(p is not None for p in params),  # type: ignore[arg-type]
-        jnp.dtype(out_dtype), tuple(_dtype(p) for p in params),  # type: ignore[arg-type]
-        (("eps", eps), ("convention", convention), ("io_dtype", jnp.dtype(io_dtype)),
-         ("out_dtype", jnp.dtype(out_dtype))),
-    )
-    return _run(spec, x, params, axes, addends)
-
-
-def unsupported_reason(op: str, x: Any, operands: tuple[Any, ...], axis_name: Any, static: dict[str, Any],
-                       backend: str | None = None) -> str | None:
+def unsupported_reason(spec: NormSpec, x: Any, operands: tuple[Any, ...], backend: str | None = None) -> str | None:
     """``None`` when a native CPU kernel handles this call, else a sentence saying why not
     (``backend``: the platform the call runs on; default: the default backend)."""
     backend = backend or jax.default_backend()
     if backend != "cpu":
         return f"the native kernels run on the CPU backend (this call's platform: {backend!r})"
-    if axis_name is not None:
+    if spec.axis_name is not None:
         return _distributed.CROSS_DEVICE_REASON
-    if op == "rms_norm" and static["convention"] == "seed":
+    if spec.op not in FLAGS_OF:
+        return f"no native CPU kernel for {spec.op!r}"
+    if getattr(spec, "convention", None) == "seed":
         return "the 'seed' RMSNorm convention runs on the XLA path"
-    axes = tuple(static["axes"])
+    axes = spec.axes
     if axes != tuple(range(x.ndim - len(axes), x.ndim)):
         return (
             f"native kernels normalize the trailing axes of x only; received axes={axes} for "
             f"x.ndim={x.ndim} (move the normalized axes last, e.g. with jnp.moveaxis)"
         )
-    dtypes = [x.dtype, static["out_dtype"]] + [o.dtype for o in operands if o is not None]
-    dtypes += [static["mod_dtype"]] if static.get("mod_dtype") is not None else []
+    dtypes = [x.dtype, spec.result_dtype] + [o.dtype for o in operands if o is not None]
     if any(jnp.dtype(d) not in _KINDS for d in dtypes):
         return (f"native kernels take float32, bfloat16 and float16 (received "
                 f"{sorted({str(jnp.dtype(d)) for d in dtypes})}); float64 runs on the XLA path")
-    if x.size == 0:
-        return "x is empty"
     return available()

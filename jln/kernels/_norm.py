@@ -11,9 +11,9 @@ parameters arrive as ``[1, 1, n]``, per-example conditions (DiT's ``shift[:, Non
 
 Numerics: the statistics restate :func:`jln._stats.centered`, :func:`jln._stats.inv_std` and
 :func:`jln._stats.mean_square` with column masking (the only place the kernels restate a core
-formula; tests compare them with the XLA path). Everything after the statistics is the core's
-own :func:`jln._layer_norm.ln_affine`, :func:`jln._rms_norm.rms_affine` and
-:func:`jln._rms_norm.seed_denominator`, run through :func:`jln.kernels._portable.portable`, and
+formula; tests compare them with the XLA path). Everything after the statistics is the family
+spec's own ``tail`` (and the seed convention's ``seed_denominator``) from :mod:`jln._contract`,
+run through :func:`jln.kernels._portable.portable`, and
 the backward takes their cotangents with ``jax.vjp`` inside the kernel, so no convention's
 rounding is written twice.
 
@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from jln import _layer_norm, _rms_norm
+from jln._contract import NormSpec, add_in
 from jln.kernels._plan import Plan, group_block_ok, make_plan
 from jln.kernels._portable import portable
 
@@ -50,19 +50,28 @@ PARAM, GROUP, ROW = "param", "group", "row"
 class Spec:
     """Everything static about one kernel call (hashable: it is a ``nondiff_argnum``)."""
 
-    op: str  # "ln" or "rms"
+    family: NormSpec  # the contract on the kernel layout (normalized over the last axis)
     plan: Plan
     names: tuple[str, ...]  # which optional operands are present, in slot order
     kinds: tuple[tuple[str, int], ...]  # (kind, rows per group) per present operand (see localize)
-    static: tuple[tuple[str, Any], ...]  # the core body's keyword arguments
     # fused residual add: (s dtype, x dtype, residual dtype); the kernel reads x and the
     # residual, writes s = x + residual and normalizes s (the backward adds ds to ds's
     # cotangent from the norm)
     add: tuple[Any, Any, Any] | None = None
 
     @property
-    def kw(self) -> dict[str, Any]:
-        return dict(self.static)
+    def op(self) -> str:
+        """The statistics the kernels compute: ``"ln"`` (centred) or ``"rms"``."""
+        return "ln" if self.family.centered else "rms"
+
+    @property
+    def eps(self) -> float:
+        return self.family.eps
+
+    @property
+    def seed(self) -> bool:
+        """The seed RMSNorm convention: a clamped denominator instead of rstd."""
+        return getattr(self.family, "convention", None) == "seed"
 
     @property
     def n_stats(self) -> int:
@@ -171,51 +180,23 @@ def _rstd(var: Array, eps: float) -> Array:
 # ----------------------------------------------------------------------------- the core's tails
 
 
-def _slots(spec: Spec, ops: tuple[Array, ...]) -> dict[str, Any]:
-    """The present operands by name, the absent ones ``None`` (the core's argument order)."""
-    got: dict[str, Any] = dict.fromkeys(("scale", "bias", "shift", "mscale"))
-    got.update(zip(spec.names, ops, strict=True))
-    return got
-
-
-def _y_dtype(spec: Spec) -> Any:
-    if spec.op == "ln":
-        modulated = "shift" in spec.names or "mscale" in spec.names
-        return _layer_norm.result_dtype(spec.kw["out_dtype"], spec.kw["mod_dtype"], modulated)
-    return spec.kw["out_dtype"]
+def _slots(spec: Spec, ops: tuple[Array, ...]) -> list[Any]:
+    """The family's operand slots in order: the present operands, ``None`` for the absent."""
+    got = dict(zip(spec.names, ops, strict=True))
+    return [got.get(name) for name in spec.family.operands]
 
 
 def _tail(spec: Spec) -> Any:
-    """The core function applied after the statistics, taking ``(y, *present_operands)``."""
-    kw = spec.kw
+    """The contract's epilogue after the statistics, taking ``(y, *present_operands)``."""
 
-    if spec.op == "ln":
+    def tail(y: Array, *ops: Array) -> Array:
+        return spec.family.tail(y, *_slots(spec, ops))
 
-        def ln_tail(y: Array, *ops: Array) -> Array:
-            s = _slots(spec, ops)
-            return _layer_norm.ln_affine(
-                y, s["scale"], s["bias"], s["shift"], s["mscale"],
-                out_dtype=kw["out_dtype"], mod_offset=kw["mod_offset"], mod_dtype=kw["mod_dtype"],
-            )
-
-        return portable(ln_tail)
-
-    def rms_tail(h: Array, *ops: Array) -> Array:
-        s = _slots(spec, ops)
-        return _rms_norm.rms_affine(
-            h, s["scale"], s["bias"], scale_dtype=kw["scale_dtype"], convention=kw["convention"],
-            io_dtype=kw["io_dtype"], out_dtype=kw["out_dtype"],
-        )
-
-    return portable(rms_tail)
+    return portable(tail)
 
 
 def _seed_denominator(spec: Spec, sum_sq: Array) -> Array:
-    kw = spec.kw
-    fn = functools.partial(
-        _rms_norm.seed_denominator, n=spec.plan.n, eps=kw["eps"], io_dtype=kw["io_dtype"]
-    )
-    return portable(fn)(sum_sq)
+    return portable(functools.partial(spec.family.seed_denominator, n=spec.plan.n))(sum_sq)  # type: ignore[attr-defined]
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -246,17 +227,17 @@ def _fwd_kernel(spec: Spec, *refs: Any) -> None:
     if spec.op == "ln":
         assert pivot is not None
         m, d, var = _ln_centered(x, pivot, cols_ok, plan.n)
-        rstd = _rstd(var, spec.kw["eps"])
+        rstd = _rstd(var, spec.eps)
         y = _tail(spec)(d * rstd, *ops)
         y_ref, m_ref, rstd_ref = out_refs
         _store(plan, m_ref, m, rows_ok)
     else:
         sum_sq = _row_sum(x * x)
-        if spec.kw["convention"] == "seed":
+        if spec.seed:
             rstd = _seed_denominator(spec, sum_sq)  # the clamped denominator, saved as is
             h = x / rstd
         else:
-            rstd = _rstd(sum_sq / plan.n, spec.kw["eps"])  # mirrors jln._stats.mean_square
+            rstd = _rstd(sum_sq / plan.n, spec.eps)  # mirrors jln._stats.mean_square
             h = x * rstd
         y = _tail(spec)(h, *ops)
         y_ref, rstd_ref = out_refs
@@ -287,7 +268,7 @@ def _bwd_block(spec: Spec, refs: Any, r0: Any, first_row: Any) -> list[Array | N
     x = _load(plan, x_ref, valid).astype(F32)
     dy = _load(plan, dy_ref, valid)
     ops = _load_operands(spec, op_refs, rows_ok, cols_ok)
-    seed = spec.op == "rms" and spec.kw["convention"] == "seed"
+    seed = spec.op == "rms" and spec.seed
     stats = [_load(plan, r, rows_ok) for r in stat_refs]
     if spec.op == "ln":
         m, rstd = stats
@@ -308,7 +289,7 @@ def _bwd_block(spec: Spec, refs: Any, r0: Any, first_row: Any) -> list[Array | N
     if spec.op == "ln":
         dx = rstd * (g - _row_sum(g) / plan.n - proj)
     elif seed:  # a clamped row's denominator is the constant eps
-        dx = jnp.where(denom > spec.kw["eps"], g - proj, g) / denom
+        dx = jnp.where(denom > spec.eps, g - proj, g) / denom
     else:
         dx = rstd * (g - proj)
     if spec.add is not None:  # s's cotangent: the norm's, rounded to s's dtype, plus ds
@@ -429,7 +410,7 @@ def _forward(spec: Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> tuple
     plan = spec.plan
     n_stats = spec.n_stats
     stat = jax.ShapeDtypeStruct((plan.rows, 1), F32)
-    x_like = [jax.ShapeDtypeStruct((plan.rows, plan.n), _y_dtype(spec))]
+    x_like = [jax.ShapeDtypeStruct((plan.rows, plan.n), spec.family.result_dtype)]
     if spec.add is not None:
         x_like.append(jax.ShapeDtypeStruct((plan.rows, plan.n), spec.add[0]))
     outs = _pallas(
@@ -581,17 +562,7 @@ def backward_nd(
 def _body(spec: Spec, x: Array, *ops: Array) -> Array:
     """The XLA body these kernels implement, on the kernel layout (``x [*lead, n]``, operands
     ``[*lead', n]``): the reference for forward mode and higher derivatives."""
-    named = _slots(spec, ops)
-    kw = spec.kw
-    if spec.op == "ln":
-        return _layer_norm.ln_body(
-            x, named["scale"], named["bias"], named["shift"], named["mscale"], axes=(x.ndim - 1,),
-            eps=kw["eps"], out_dtype=kw["out_dtype"], mod_offset=kw["mod_offset"], mod_dtype=kw["mod_dtype"],
-        )
-    return _rms_norm.rms_body(
-        x, named["scale"], named["bias"], axes=(x.ndim - 1,), eps=kw["eps"], convention=kw["convention"],
-        io_dtype=kw["io_dtype"], out_dtype=kw["out_dtype"],
-    )
+    return spec.family.on_rows(x.ndim).body(x, *_slots(spec, ops))
 
 
 def forward_xla(spec: Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> tuple[Array, ...]:
@@ -599,7 +570,7 @@ def forward_xla(spec: Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> tu
     another platform: see :mod:`jln.kernels._export`): ``y`` (and ``s``), and zeros for the
     statistics, which only the backward kernel reads (there the backward is
     :func:`backward_xla`)."""
-    s = xs[0] if spec.add is None else _layer_norm.add_in(xs[0], xs[1], spec.add[0])
+    s = xs[0] if spec.add is None else add_in(xs[0], xs[1], spec.add[0])
     stats = (jnp.zeros(s.shape[:-1] + (1,), F32),) * spec.n_stats
     y = _body(spec, s, *ops)
     return (y, *stats) if spec.add is None else (y, s, *stats)
@@ -686,7 +657,7 @@ def _lin_impl(*args: Array, spec: Spec, present: tuple[bool, ...]) -> list[Array
     shapes = [base.shape] * spec.n_x + [o.shape for o in ops]
     full = [t if on else jnp.zeros(shp, dt)
             for t, on, shp, dt in zip(tans, present, shapes, _tangent_dtypes(spec, base, ops), strict=True)]
-    t_x = full[0] if spec.add is None else _layer_norm.add_in(full[0], full[1], spec.add[0])
+    t_x = full[0] if spec.add is None else add_in(full[0], full[1], spec.add[0])
     t_y = jax.jvp(functools.partial(_body, spec), (base, *ops), (t_x, *full[spec.n_x :]))[1]
     return [t_y] if spec.add is None else [t_y, t_x]
 
@@ -745,7 +716,7 @@ def _lin() -> Any:
 
     def abstract(*args: Any, spec: Spec, present: tuple[bool, ...]) -> list[Any]:
         base: Any = _split(spec, args)[1]  # a ShapedArray
-        outs = [base.update(dtype=jnp.dtype(_y_dtype(spec)), weak_type=False)]
+        outs = [base.update(dtype=jnp.dtype(spec.family.result_dtype), weak_type=False)]
         if spec.add is not None:
             outs.append(base.update(weak_type=False))
         return outs

@@ -147,6 +147,12 @@ def make_plan(
     return Plan(target, interpret, rows, n, n, block_rows, None)
 
 
+def unplanned(target: str, interpret: bool, n: int) -> Plan:
+    """A call's target and row width before its tiles are chosen: the kernels plan each call
+    once, for the shapes they receive (a device's block, a vmapped batch)."""
+    return Plan(target, interpret, 0, n, n, 0, None)
+
+
 def group_block_ok(target: str, t: int, n: int, dtype: object) -> bool:
     """Whether a condition shared by groups of ``t`` rows can be read one block per program
     without shrinking blocks below 8 rows (or below the default, if that is smaller)."""

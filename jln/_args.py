@@ -1,0 +1,55 @@
+"""The public functions' shared argument handling: checks (from :mod:`jln._checks`), then the
+operands laid out to broadcast against ``x``. Each public function calls these once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jln import _checks, _platform, _stats
+from jln._checks import Axis
+from jln._contract import add_in
+
+Array = jax.Array
+
+
+def expand_param(p: Array, ndim: int, axes: tuple[int, ...]) -> Array:
+    """Reshape a per-feature parameter (shape of x at ``axes``) so it broadcasts against x."""
+    shape = []
+    it = iter(p.shape)
+    for i in range(ndim):
+        shape.append(next(it) if i in axes else 1)
+    return p.reshape(shape)
+
+
+def params(fn: str, x: Any, scale: Any, bias: Any, axis: Axis) -> tuple[tuple[int, ...], Array | None, Array | None]:
+    """Check ``x``, ``axis`` and the per-feature params; return (axes, scale, bias) reshaped
+    to broadcast against ``x``."""
+    _checks.check_floating(x, fn)
+    axes = _checks.normalize_axes(axis, x.ndim, fn)
+    _checks.check_param(scale, "scale", x.shape, axes, fn)
+    _checks.check_param(bias, "bias", x.shape, axes, fn)
+    s = None if scale is None else expand_param(jnp.asarray(scale), x.ndim, axes)
+    b = None if bias is None else expand_param(jnp.asarray(bias), x.ndim, axes)
+    return axes, s, b
+
+
+def dist(fn: str, impl: str, axis_name: Any, axis_index_groups: Any) -> dict[str, Any]:
+    """Check ``impl`` and the distributed arguments; return the spec's ``axis_name`` and
+    ``axis_index_groups`` fields, normalized."""
+    _checks.check_choice(impl, "impl", _platform.IMPLS, fn)
+    name, groups = _checks.check_axis_name(axis_name, axis_index_groups, fn)
+    return dict(axis_name=name, axis_index_groups=groups)
+
+
+def residual_sum(fn: str, x: Any, residual: Any, residual_in_fp32: bool) -> Array:
+    """``x + residual`` in their promoted dtype, or in float32 (float64 stays) when asked."""
+    _checks.check_floating(x, fn)
+    _checks.check_floating(residual, fn, "residual")
+    _checks.check_same_shape(x, residual, ("x", "residual"), fn)
+    dtype = _stats.promote(x.dtype, residual.dtype)
+    if residual_in_fp32:
+        dtype = _stats.promote(dtype, jnp.float32)
+    return add_in(x, residual, dtype)

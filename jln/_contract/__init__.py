@@ -1,0 +1,77 @@
+"""The contract every implementation of a norm family honours, one module per family.
+
+A family is a frozen spec (:class:`NormSpec`): the options of one call after validation, built
+once by the public function and carried unchanged through dispatch, the XLA body and every
+kernel backend. The spec states the formula (:meth:`NormSpec.formula`, the XLA body), the
+epilogue after the statistics (:meth:`NormSpec.tail`, which the kernels run too, so no
+convention's rounding is written twice) and the result dtype. Kernels read a family's
+statistics from :attr:`NormSpec.centered` and answer for the families they know; a new family
+is a new module here, its public function and a registry entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from jln import _stats
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NormSpec:
+    """Everything static about one call of a norm: hashable, so it keys compiled programs and
+    rides on primitives as a parameter.
+
+    ``axes`` are the normalized axes (sorted, non-negative), ``eps`` is added inside the square
+    root, ``axis_name``/``axis_index_groups`` name the mapped axes across which the normalized
+    axes are split (``None``: each row is local).
+    """
+
+    axes: tuple[int, ...]
+    eps: float
+    axis_name: Any = None
+    axis_index_groups: Any = None
+
+    #: The family's name, as the registry and the kernels know it.
+    op: ClassVar[str] = ""
+    #: The operand slots after ``x``, in order (each may be ``None``).
+    operands: ClassVar[tuple[str, ...]] = ()
+    #: Whether the statistics are centred (LayerNorm: mean and variance) or not (RMS).
+    centered: ClassVar[bool] = False
+
+    def formula(self, x: Array, *operands: Array | None) -> Array:
+        raise NotImplementedError
+
+    def tail(self, y: Array, *operands: Array | None) -> Array:
+        """Everything after the normalized row ``y`` (statistics dtype): affine, rounding."""
+        raise NotImplementedError
+
+    @property
+    def result_dtype(self) -> jnp.dtype:
+        raise NotImplementedError
+
+    def body(self, x: Array, *operands: Array | None) -> Array:
+        """The XLA body: :meth:`formula` under the remat policy, so reverse mode keeps ``x`` (own
+        dtype), the operands and the named per-row statistics, nothing else."""
+        return jax.checkpoint(self.formula, policy=_stats.REMAT_POLICY)(x, *operands)
+
+    def on_rows(self, ndim: int) -> NormSpec:
+        """This spec for the kernels' layout: ``x`` of rank ``ndim`` normalized over its last
+        axis, each row local."""
+        return dataclasses.replace(self, axes=(ndim - 1,), axis_name=None, axis_index_groups=None)
+
+    def with_axis_name(self, axis_name: Any) -> NormSpec:
+        """This spec on the local blocks of a ``shard_map`` whose mesh axes ``axis_name`` split
+        the normalized axes (``None``: only the rows are split)."""
+        return dataclasses.replace(self, axis_name=axis_name, axis_index_groups=None)
+
+
+def add_in(x: Array, residual: Array, dtype: Any) -> Array:
+    """``x + residual`` computed in ``dtype``: the residual step of ``add_*_norm`` (the kernels'
+    forward-mode tangent of the fused add uses it too)."""
+    return x.astype(dtype) + residual.astype(dtype)
