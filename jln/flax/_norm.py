@@ -147,10 +147,9 @@ def normalize(
 def _masked(spec: LayerNormSpec | RMSNormSpec, x: Array, mask: Array, *operands: Array | None) -> Array:
     """``spec``'s formula with statistics over the ``mask``-ed elements only.
 
-    The row mean is the masked mean corrected once by the masked mean of ``x - mean`` (the
-    corrected two-pass algorithm: the correction is computed from differences that are exact
-    for data clustered around a large offset, so the offset costs no accuracy); the variance
-    is the masked mean of squared deviations. With ``axis_name`` the sums and the counts are
+    The deviations are taken about a per-row pivot (the masked mean, rounded), as the
+    unmasked statistics are, so a large common offset costs no accuracy; the variance is the
+    masked mean of squared deviations. With ``axis_name`` the sums and the counts are
     psummed, so the statistics are those of the masked elements of the whole row.
     """
     axes, name, groups = spec.axes, spec.axis_name, spec.axis_index_groups
@@ -162,10 +161,13 @@ def _masked(spec: LayerNormSpec | RMSNormSpec, x: Array, mask: Array, *operands:
         return _global_sum(jnp.where(mask, v, 0), axes, name, groups) / count
 
     if spec.centered:
-        mean = masked_mean(x32)
-        mean = mean + masked_mean(x32 - mean)
-        mean = checkpoint_name(mean, _stats.STAT_NAMES[0])
-        d = x32 - mean
+        # about a pivot: the masked mean rounded to the statistics dtype, so x - pivot is
+        # exact for data clustered around a large offset (the unmasked path's per-row pivot
+        # is the row's first element, which a mask may exclude)
+        pivot = lax.stop_gradient(masked_mean(x32))
+        xs = x32 - pivot
+        mean = checkpoint_name(masked_mean(xs), _stats.STAT_NAMES[0])
+        d = xs - mean
         r = _stats.inv_std(masked_mean(d * d), spec.eps)
     else:
         d = x32
