@@ -329,3 +329,61 @@ def test_errors_name_the_class() -> None:
         jnn.LayerNorm(reduction_axes=5).init(jax.random.key(0), x)
     with pytest.raises(ValueError, match="jln.flax.nnx.RMSNorm"):
         jnx.RMSNorm(4, epsilon=-1.0, rngs=fnnx.Rngs(0))(x)
+
+
+_SHARD_SCRIPT = r"""
+import os, json
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+os.environ["JAX_PLATFORMS"] = "cpu"
+os.environ["JLN_NATIVE"] = "0"
+import jax, jax.numpy as jnp, numpy as np
+import flax.linen as fnn
+from flax import nnx as fnnx
+from jax.sharding import PartitionSpec as P
+from jln.flax import linen as jnn, nnx as jnx
+mesh = jax.make_mesh((4,), ("tp",), axis_types=(jax.sharding.AxisType.Auto,))
+x = 5.0 + 2.0 * jax.random.normal(jax.random.key(0), (8, 64))
+out = {}
+for kind in ("LayerNorm", "RMSNorm"):
+    for groups in (None, ((0, 1), (2, 3))):
+        blocks = 4 if groups is None else 2
+        v = getattr(fnn, kind)().init(jax.random.key(1), x[:, :16])
+        def run(cls, **kw):
+            m = cls(axis_name="tp", axis_index_groups=groups, **kw)
+            f = jax.shard_map(lambda xb: m.apply(v, xb), mesh=mesh, in_specs=P(None, "tp"),
+                              out_specs=P(None, "tp"), check_vma=False)
+            return np.asarray(f(x), np.float64)
+        y_j, y_f = run(getattr(jnn, kind)), run(getattr(fnn, kind), use_fast_variance=False)
+        g = jax.shard_map(
+            lambda xb: getattr(jnx, kind)(16, axis_name="tp", axis_index_groups=groups, rngs=fnnx.Rngs(0))(xb),
+            mesh=mesh, in_specs=P(None, "tp"), out_specs=P(None, "tp"), check_vma=False)
+        y_n = np.asarray(g(x), np.float64)
+        x64 = np.asarray(x, np.float64).reshape(8, 4 // blocks, 16 * blocks)
+        mu = x64.mean(-1, keepdims=True) if kind == "LayerNorm" else 0.0
+        ref = ((x64 - mu) / np.sqrt(((x64 - mu) ** 2).mean(-1, keepdims=True) + 1e-6)).reshape(8, 64)
+        key = f"{kind}-{'groups' if groups else 'all'}"
+        out[key] = {"jln_vs_ref": float(np.abs(y_j - ref).max()), "flax_vs_ref": float(np.abs(y_f - ref).max()),
+                    "nnx_vs_linen": float(np.abs(y_n - y_j).max())}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow  # a subprocess on 4 host devices: about a minute and a half on 2 busy cores
+def test_axis_name_shard_map() -> None:
+    """Rows split over 4 host devices by ``shard_map`` (and over groups of 2 with
+    ``axis_index_groups``): jln.flax gives the whole row's statistics, as flax does."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _SHARD_SCRIPT], capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(results) == {f"{k}-{g}" for k in ("LayerNorm", "RMSNorm") for g in ("all", "groups")}
+    for key, r in results.items():
+        assert r["flax_vs_ref"] < 1e-5, (key, r)  # the reference is the grouping flax computes
+        assert r["jln_vs_ref"] < 1e-5, (key, r)
+        assert r["nnx_vs_linen"] < 1e-6, (key, r)
