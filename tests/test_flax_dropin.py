@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("JLN_NATIVE", "0")
-
 import flax.linen as fnn
 import jax
 import jax.numpy as jnp
@@ -23,6 +21,13 @@ from jln.flax import linen as jnn
 from jln.flax import nnx as jnx
 
 standard = jax.numpy_dtype_promotion("standard")
+
+
+@pytest.fixture(autouse=True)
+def _xla_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The XLA path (no native CPU build) except in tests that ask for the kernels."""
+    if not request.node.name.startswith("test_kernels_path"):
+        monkeypatch.setenv("JLN_NATIVE", "0")
 
 SHAPE = (2, 3, 4, 6)
 
@@ -387,3 +392,29 @@ def test_axis_name_shard_map() -> None:
         assert r["flax_vs_ref"] < 1e-5, (key, r)  # the reference is the grouping flax computes
         assert r["jln_vs_ref"] < 1e-5, (key, r)
         assert r["nnx_vs_linen"] < 1e-6, (key, r)
+
+
+@pytest.mark.slow  # may build jln's native CPU kernels (minutes on a cold cache)
+@pytest.mark.parametrize("kind", ["LayerNorm", "RMSNorm"])
+@pytest.mark.parametrize("x_dtype", X_DTYPES)
+def test_kernels_path_matches_xla(kind: str, x_dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """impl="auto" (jln's kernels where they apply) gives the XLA body's result within one
+    rounding of the result dtype, in flax's result dtype."""
+    from jln import _dispatch
+
+    x = _x(x_dtype, offset=3.0, shape=(64, 256))
+    orig = _dispatch.apply
+
+    def xla_apply(fn, impl, *args, **kwargs):
+        return orig(fn, "xla", *args, **kwargs)
+
+    for kw in ({}, {"dtype": jnp.bfloat16}, {"param_dtype": jnp.bfloat16}):
+        m = getattr(jnn, kind)(**kw)
+        v = jax.tree.map(lambda p: p + jnp.asarray(0.1, p.dtype), m.init(jax.random.key(1), x))
+        y_auto = m.apply(v, x)
+        monkeypatch.setattr(_dispatch, "apply", xla_apply)
+        y_xla = m.apply(v, x)
+        monkeypatch.setattr(_dispatch, "apply", orig)
+        assert y_auto.dtype == y_xla.dtype
+        ulp = float(jnp.finfo(y_auto.dtype).eps) * 4
+        np.testing.assert_allclose(np.asarray(y_auto, np.float32), np.asarray(y_xla, np.float32), rtol=ulp, atol=ulp)
