@@ -418,3 +418,41 @@ def test_kernels_path_matches_xla(kind: str, x_dtype: str, monkeypatch: pytest.M
         assert y_auto.dtype == y_xla.dtype
         ulp = float(jnp.finfo(y_auto.dtype).eps) * 4
         np.testing.assert_allclose(np.asarray(y_auto, np.float32), np.asarray(y_xla, np.float32), rtol=ulp, atol=ulp)
+
+
+def test_force_float32_reductions_false_is_accepted() -> None:
+    """flax then reduces a bfloat16 input in bfloat16; jln keeps float32 statistics, so its
+    result is the closer one to float64 (and the dtype is flax's)."""
+    x = _x("bfloat16", offset=4.0, shape=(8, 256))
+    m_f, m_j = fnn.LayerNorm(force_float32_reductions=False), jnn.LayerNorm(force_float32_reductions=False)
+    with standard:
+        v = m_f.init(jax.random.key(0), x)
+        y_flax = m_f.apply(v, x)
+    y = m_j.apply(v, x)
+    assert y.dtype == y_flax.dtype
+    ref = _reference(x, None, None, {}, True)
+    err = np.abs(np.asarray(y, np.float64) - ref).max()
+    assert err < 1e-5
+    assert err <= np.abs(np.asarray(y_flax, np.float64) - ref).max()
+
+
+@pytest.mark.parametrize("api", ["linen", "nnx"])
+def test_float64_where_flax_computes_in_float64(api: str) -> None:
+    """float64 input (or dtype=float64) under x64: float64 statistics and result, as flax."""
+    with jax.enable_x64(True):
+        x = 1e6 + jax.random.normal(jax.random.key(0), (4, 64), jnp.float64)
+        for kw in ({}, {"dtype": jnp.float64}):
+            xin = x if not kw else x.astype(jnp.float32)
+            if api == "linen":
+                m, f = jnn.LayerNorm(**kw), fnn.LayerNorm(use_fast_variance=False, **kw)
+                v = m.init(jax.random.key(1), xin)
+                y = m.apply(v, xin)
+                with standard:
+                    y_flax = f.apply(v, xin)
+            else:
+                y = jnx.LayerNorm(64, rngs=fnnx.Rngs(0), **kw)(xin)
+                with standard:
+                    y_flax = fnnx.LayerNorm(64, use_fast_variance=False, rngs=fnnx.Rngs(0), **kw)(xin)
+            assert y.dtype == y_flax.dtype == jnp.float64
+            ref = _reference(xin, None, None, {}, True)
+            assert np.abs(np.asarray(y) - ref).max() < 1e-9
