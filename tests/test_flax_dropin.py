@@ -456,3 +456,18 @@ def test_float64_where_flax_computes_in_float64(api: str) -> None:
             assert y.dtype == y_flax.dtype == jnp.float64
             ref = _reference(xin, None, None, {}, True)
             assert np.abs(np.asarray(y) - ref).max() < 1e-9
+
+
+@pytest.mark.parametrize("kind", ["LayerNorm", "RMSNorm"])
+def test_mask_gradients_match_flax(kind: str) -> None:
+    x = _x("float32", shape=(4, 32))
+    mask = jax.random.bernoulli(jax.random.key(9), 0.6, x.shape).at[:, 0].set(True)
+    m_j, m_f = getattr(jnn, kind)(), getattr(fnn, kind)(use_fast_variance=False)
+    v = jax.tree.map(lambda p: p + 0.5, m_f.init(jax.random.key(0), x))
+    ct = jax.random.normal(jax.random.key(5), x.shape)
+
+    def grads(m):
+        return jax.grad(lambda x, v: jnp.sum(m.apply(v, x, mask=mask) * ct), argnums=(0, 1))(x, v)
+
+    for a, b in zip(jax.tree.leaves(grads(m_j)), jax.tree.leaves(grads(m_f)), strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
