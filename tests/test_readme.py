@@ -21,3 +21,9 @@ def test_readme_block_runs(i):
 
 def test_readme_has_blocks():
     assert len(BLOCKS) >= 4
+
+
+def test_readme_is_short():
+    """The README is an overview; guides and measurements belong in docs/ and bench/."""
+    size = README.stat().st_size
+    assert size <= 15_000, f"README.md is {size} bytes, over 15,000: move detail into docs/"
