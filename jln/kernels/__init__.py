@@ -122,8 +122,13 @@ def unsupported_reason(spec: NormSpec, x: Any, operands: tuple[Any, ...], backen
     n = _checks.rows_and_width(x.shape, len(axes))[1]
     if n == 0:
         return "the normalized axes are empty"
-    if n > _plan.MAX_WIDTH:
-        return f"rows of {n} elements exceed the kernels' {_plan.MAX_WIDTH} (wide rows run on the XLA path)"
+    target = INTERPRET_TARGET if backend == "cpu" else backend
+    widest = _plan.max_width(target)
+    if n > widest:
+        return (
+            f"rows of {n} elements exceed the widest the kernels take on {target} ({widest}; "
+            f"wider rows run on the XLA path)"
+        )
     return None
 
 
