@@ -391,8 +391,11 @@ def _wide_input(spec: Spec, x_refs: Any, c0: Any, size: int, mask: Array | None)
 
 
 def _wide_pivot(spec: Spec, x_refs: Any, rows_ok: Array) -> Array:
-    """Each row's pivot (its first element, of ``s`` with a fused add) ``[br, 1]``."""
+    """Each row's pivot ``[br, 1]``: its first element, of ``s = x + residual`` when
+    ``x_refs`` holds both (the forward of a fused add), else of ``x_refs[0]``."""
     plan = spec.plan
+    if len(x_refs) == 1:
+        spec = dataclasses.replace(spec, add=None)  # the backward reads s itself
     if plan.target == "gpu":
         return _wide_input(spec, x_refs, 0, 1, rows_ok)
     return _wide_input(spec, x_refs, 0, min(plan.col_chunk, plan.n), None)[:, :1]
