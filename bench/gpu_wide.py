@@ -109,8 +109,11 @@ def main(argv: list[str] | None = None) -> int:
                 if torch.cuda.is_available():
                     srcs = [torch.from_dlpack(x) for x in xs]
                     dsts = [torch.empty_like(t) for t in srcs]
+                    def copy(i: int, d: Any = dsts, s: Any = srcs) -> Any:
+                        return d[i].copy_(s[i])
+
                     copies["torch"] = _bench.time_calls(
-                        lambda i, d=dsts, s=srcs: d[i].copy_(s[i]), len(xs), lambda _: torch.cuda.synchronize(),
+                        copy, len(xs), lambda _: torch.cuda.synchronize(),
                         reps=a.reps, warmup=3, min_sample_s=5e-3).median_s
                     del srcs, dsts
             except ImportError:

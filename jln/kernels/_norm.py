@@ -7,11 +7,14 @@ backward program walks a chunk of such blocks (``plan.chunk`` rows; on GPUs abou
 registers, so it writes one partial row per program, not per block. Per-feature
 parameters arrive as ``[1, 1, n]``, per-example conditions (DiT's ``shift[:, None]``) as
 ``[groups, 1, n]`` with each block inside one group, and conditions with ``x``'s own shape as
-``[rows, n]``.
+``[rows, n]``. Rows of at least ``_plan.WIDE_FROM`` elements take the wide path (see "wide
+rows" below): the same blocks, read in column chunks inside each program.
 
 Numerics: the statistics restate :func:`jln._stats.centered`, :func:`jln._stats.inv_std` and
 :func:`jln._stats.mean_square` with column masking (the only place the kernels restate a core
-formula; tests compare them with the XLA path). Everything after the statistics is the family
+formula; tests compare them with the XLA path): :func:`_ln_centered` on whole rows and
+:func:`_wide_ln_stats` over column chunks (a change to LayerNorm's centred statistics goes in
+both), the sums of squares inline. Everything after the statistics is the family
 spec's own ``tail`` (and the seed convention's ``seed_denominator``) from :mod:`jln._contract`,
 run through :func:`jln.kernels._portable.portable`, and
 the backward takes their cotangents with ``jax.vjp`` inside the kernel, so no convention's
