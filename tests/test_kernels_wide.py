@@ -206,3 +206,12 @@ def test_rows_past_the_widest_raise(monkeypatch, target, widest):
     with pytest.raises(ValueError, match=rf"rows of {widest + 1} elements exceed the widest .* \({widest};"):
         jax.eval_shape(f, shape(widest + 1))
     assert jax.eval_shape(lambda x: jln.layer_norm(x, impl="auto"), shape(widest + 1)).shape == (2, widest + 1)
+
+
+@pytest.mark.parametrize("name", ["layer_norm", "rms_norm[seed]"])
+def test_tpu_partial_last_block(wide, monkeypatch, name):
+    # 12 rows in blocks of 8: the second block's last 4 rows lie past the array (unspecified
+    # on a TPU); they must not reach the parameter gradients' partial sums
+    monkeypatch.setattr(kernels, "INTERPRET_TARGET", "tpu")
+    monkeypatch.setattr(_plan, "tpu_block_rows", lambda n: 8)
+    _check_op(name, (12, 300), "float32", wide, *TOL["float32"])

@@ -401,7 +401,9 @@ def _wide_pivot(spec: Spec, x_refs: Any, rows_ok: Array) -> Array:
         spec = dataclasses.replace(spec, add=None)  # the backward reads s itself
     if plan.target == "gpu":
         return _wide_input(spec, x_refs, 0, 1, rows_ok)
-    return _wide_input(spec, x_refs, 0, min(plan.col_chunk, plan.n), None)[:, :1]
+    # TPU: zero on the unspecified rows of a partial last block, as the backward's other loads,
+    # so that they add nothing to the partial sums
+    return _wide_input(spec, x_refs, 0, min(plan.col_chunk, plan.n), rows_ok)[:, :1]
 
 
 def _wide_operands(spec: Spec, refs: Any, c0: Any, size: int, rows_ok: Array, cols_ok: Array | None) -> list[Array]:
