@@ -40,11 +40,12 @@ OPS = {
 IMPLS = {"xla": ("xla", None), "pallas-row": ("pallas", 10**9), "pallas-wide": ("pallas", 1)}
 
 
-def _timed(fn: Any, args: list[tuple[Any, ...]], reps: int) -> float:
+def _timed(fn: Any, args: list[tuple[Any, ...]], reps: int) -> tuple[float, Any]:
+    """Median seconds of ``fn`` over the argument sets, and its result on the first."""
     compiled = jax.jit(fn).lower(*args[0]).compile()
     tm = _bench.time_calls(lambda i: compiled(*args[i]), len(args), jax.block_until_ready,
                            reps=reps, warmup=3, min_sample_s=5e-3)
-    return tm.median_s
+    return tm.median_s, compiled(*args[0])
 
 
 def _rel(a: Any, b: Any) -> float:
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             scale = (1 + 0.1 * jax.random.normal(keys[-2], (width,))).astype(dt)
             bias = (0.1 * jax.random.normal(keys[-1], (width,))).astype(dt)
             nb = m * width * dt.itemsize
-            copies = {"xla": _timed(lambda x: -x, [(x,) for x in xs], a.reps)}
+            copies = {"xla": _timed(lambda x: -x, [(x,) for x in xs], a.reps)[0]}
             try:  # torch's device-to-device copy, where torch sees the GPU: the floor is the faster
                 import torch
 
@@ -143,15 +144,13 @@ def main(argv: list[str] | None = None) -> int:
                                 return f(x, s, b, impl)
 
                             if kind == "fwd":
-                                sec = _timed(fwd, [(x, scale, bias) for x in xs], a.reps)
-                                y = jax.jit(fwd)(xs[0], scale, bias)
+                                sec, out = _timed(fwd, [(x, scale, bias) for x in xs], a.reps)
                                 nbytes = 2 * nb
-                                out = y
                             else:
                                 pull = jax.jit(lambda x, s, b, fwd=fwd: jax.vjp(fwd, x, s, b)[1])
                                 args = [(pull(x, scale, bias), dy) for x, dy in zip(xs, dys, strict=True)]
-                                sec = _timed(lambda pb, dy: pb(dy), args, a.reps)
-                                out = jax.jit(lambda pb, dy: pb(dy)[0])(*args[0])
+                                sec, grads = _timed(lambda pb, dy: pb(dy), args, a.reps)
+                                out = grads[0]  # dx
                                 nbytes = 3 * nb
                                 del args
                             err = None
