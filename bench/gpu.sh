@@ -22,8 +22,10 @@
 #   wide.json    --parts wide only (bench/gpu_wide.py, hard timeout 300 s, about 4-5 minutes):
 #   wide.md      layer_norm and rms_norm fwd and bwd at widths 16384, 32768, 65536, 4096, 1024
 #                (2**26 elements each), bfloat16 and float32: the Pallas wide path (column
-#                chunks), the one-tile kernels, XLA, and the copy floor measured in the same
-#                run; each kernel's largest difference from XLA on that shape.
+#                chunks), the one-tile kernels (up to 16384), XLA, and the copy floor measured
+#                in the same run; each kernel's largest difference from XLA on that shape.
+#                Widths run in that order; what is left past its 250 s budget is recorded
+#                as skipped.
 #                Run it alone:  bench/gpu.sh OUT_DIR --parts wide
 #   log.txt      everything printed
 # Each part has a time budget (cases past it are recorded as skipped) and a hard timeout; the

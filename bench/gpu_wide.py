@@ -64,8 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--impls", default=",".join(IMPLS))
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--buffers", type=int, default=2)
-    p.add_argument("--row-max", type=int, default=32768,
-                   help="widest row timed on the one-tile kernels (a wider tile compiles slowly, if at all)")
+    p.add_argument("--row-max", type=int, default=16384,
+                   help="widest row timed on the one-tile kernels (the widest they are measured at; a "
+                        "wider one-row tile spills registers and may compile slowly)")
     p.add_argument("--budget-s", type=float, default=240.0)
     p.add_argument("--wide-tiles", help="FROWSxCHUNKxWARPS/BROWSxCHUNKxWARPS (default: the plan's)")
     a = p.parse_args(argv)
