@@ -19,13 +19,21 @@
 #                float16 and float32: jln xla and pallas, flax, torch (the 2026-11-30 H200 run's
 #                sweep, 1024..16384 in bfloat16 and float32, took 39 s of its 203)
 #   tiles_*.json --parts tiles only: Pallas tilings at 16384 wide (float32, bfloat16) and 1024
+#   wide.json    --parts wide only (bench/gpu_wide.py, hard timeout 300 s, about 4-5 minutes):
+#   wide.md      layer_norm and rms_norm fwd and bwd at widths 16384, 32768, 65536, 4096, 1024
+#                (2**26 elements each), bfloat16 and float32: the Pallas wide path (column
+#                chunks), the one-tile kernels (up to 16384), XLA, and the copy floor measured
+#                in the same run; each kernel's largest difference from XLA on that shape.
+#                Widths run in that order; what is left past its 250 s budget is recorded
+#                as skipped.
+#                Run it alone:  bench/gpu.sh OUT_DIR --parts wide
 #   log.txt      everything printed
 # Each part has a time budget (cases past it are recorded as skipped) and a hard timeout; the
 # hard timeouts of the default parts add up to 475 s.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
-out="${1:?usage: bench/gpu.sh OUT_DIR [--dry-run] [--parts check,tune,main,sweep]}"
+out="${1:?usage: bench/gpu.sh OUT_DIR [--dry-run] [--parts check,tune,main,sweep,tiles,wide]}"
 shift
 dry=""
 parts="check,tune,main,sweep"
@@ -66,9 +74,11 @@ cat "$out/env.txt"
 if [[ -n "$dry" ]]; then
   shape=(--rows 64 --widths 256); tune=(--rows 64 --width 256 --reps 2 --buffers 2)
   reps=(--reps 2 --warmup 1); sweep=(--rows 64 --widths 256,512); check_dtypes=f32
+  widerun=(--elements 16384 --widths 320 --reps 2 --buffers 1 --budget-s 200 --wide-tiles 4x64x4/2x64x4)
 else
   shape=(--rows 32768 --widths 4096); tune=(--rows 32768 --width 4096)
   reps=(--reps 20 --warmup 3); sweep=(--rows 32768 --widths 256,1024,4096,16384); check_dtypes=bf16,f16,f32
+  widerun=(--elements 67108864 --widths 16384,32768,65536,4096,1024 --reps 20 --buffers 2 --budget-s 250)
 fi
 
 if want check; then
@@ -116,6 +126,13 @@ if want tiles; then
   timeout -s TERM 55 $py "$g" "$out/tiles_1024_bf16.json" --width 1024 --dtype bfloat16 "${narrow[@]}" \
     --ops layer_norm --fwd-tiles 8x8,8x4,4x4,16x8,16x16 --bwd-tiles 512x4x8,512x4x4,512x8x8
   echo "tiles exit $? after $((SECONDS - start)) s"
+fi
+
+if want wide; then
+  # the wide-row path (column chunks) against the one-tile kernels, XLA and the copy floor
+  timeout -s TERM 300 $py "$here/gpu_wide.py" "$out/wide.json" --md "$out/wide.md" "${widerun[@]}"
+  echo "wide exit $? after $((SECONDS - start)) s"
+  [[ -f "$out/wide.md" ]] && cat "$out/wide.md"
 fi
 
 [[ -f "$out/main.md" ]] && cat "$out/main.md"

@@ -208,3 +208,40 @@ def test_symbolic_shapes_take_the_xla_path(monkeypatch):
             jax.export.export(jax.jit(lambda x, f=f: f(x, w, w, "pallas")), platforms=("cuda",))(x)
     # with concrete shapes, "auto" takes the kernels there
     assert _lower(lambda x: jln.layer_norm(x, w, w), _sds((2, 3, 96), BF16)).count(TRITON) == 1
+
+
+def _wide_programs(n, dtype):
+    def ln(x, s, b):
+        return jln.layer_norm(x, s, b, impl="pallas")
+
+    def add_rms(x, r, s):
+        y, h = jln.add_rms_norm(x, r, s, impl="pallas")
+        return y + h
+
+    return ln, add_rms
+
+
+@pytest.mark.parametrize(("n", "dtype"), [
+    (20000, BF16),  # chunks of 2048 over a row padded to 32768, the last one masked
+    (65536, F32),
+    (2**20, BF16),  # the widest row the GPU kernels take
+])
+def test_wide_rows_lower(n, dtype):
+    # rows wider than 16384 loop over column chunks inside each program
+    plan = _plan.make_plan("gpu", False, 64, n, dtype, ())
+    assert plan.wide and plan.num_col_chunks == -(-n // 2048)
+    ln, add_rms = _wide_programs(n, dtype)
+    _check(ln, (64, n), dtype, 2)
+    x, p = _sds((64, n), dtype), _sds((n,), dtype)
+    assert _lower(add_rms, x, x, p).count(TRITON) == 1
+    grad = jax.grad(lambda *a: jnp.sum(add_rms(*a).astype(F32)), argnums=(0, 1, 2))
+    assert _lower(grad, x, x, p).count(TRITON) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", kernel_ops(), ids=lambda op: op.name)
+def test_every_op_lowers_on_wide_rows(op):
+    # every op and convention, per-example condition groups (2 x 8 rows) at 20000 wide
+    fwd, grad, args = kernel_programs(op, (2, 8, 20000), "bfloat16")
+    assert _lower(fwd, *args).count(TRITON) == 1
+    assert _lower(grad, *args).count(TRITON) == 2

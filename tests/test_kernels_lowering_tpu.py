@@ -67,3 +67,15 @@ def test_tpu_export_and_the_cpu_branch_take_the_xla_body():
     want = jln.layer_norm(x, w, w, impl="xla")
     got = exported.call(x)
     assert got.dtype == want.dtype and bool(jnp.all(got == want))
+
+
+@pytest.mark.parametrize("op", [
+    pytest.param(op, marks=() if op.name in ("layer_norm", "add_rms_norm[torch]") else pytest.mark.slow)
+    for op in kernel_ops()
+], ids=lambda op: op.name)
+def test_wide_rows_lower_for_tpu(op):
+    # rows wider than 16384: 8-row blocks read in static chunks of 8192 lanes (20000 = 2 x 8192
+    # + 3616), every op and convention, per-example condition groups (2 x 8 rows)
+    fwd, grad, args = kernel_programs(op, (2, 8, 20000), "float32")
+    assert _lower(fwd, *args).count(MOSAIC) == 1
+    assert _lower(grad, *args).count(MOSAIC) == 2

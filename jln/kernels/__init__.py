@@ -10,6 +10,10 @@ them there, see :func:`native`), Pallas Mosaic on TPUs (lowered for a TPU in the
 untested on hardware), and Pallas interpret mode on CPU (only when asked for with
 ``impl="pallas"``; ``"auto"`` never picks it).
 ``add_layer_norm``/``add_rms_norm`` fuse the residual add into the kernels (``addends``).
+Rows wider than 16384 elements (``_plan.WIDE_FROM``) are read in column chunks inside each
+program (the wide path of :mod:`jln.kernels._norm`), up to 2**20 elements on GPUs and 65536
+on TPUs (``_plan.max_width``); wider rows raise with ``impl="pallas"`` and run on XLA with
+``"auto"``.
 
 Transforms: reverse mode (``grad``, ``vjp``) runs the Pallas backward kernels; forward mode
 (``jvp``, ``jacfwd``) evaluates the tangent with the XLA body's JVP, and derivatives of the
@@ -62,7 +66,9 @@ FAMILIES = ("layer_norm", "rms_norm")
 
 
 #: Widest row ``impl="auto"`` sends to the GPU kernels: the widest measured on hardware
-#: (bench/results/h200.md; a wider row held in one program's registers is untested there).
+#: (bench/results/h200.md). Wider rows take the kernels' wide path (column chunks,
+#: ``_plan.WIDE_FROM``) with ``impl="pallas"`` only until it is timed on a GPU
+#: (``bench/gpu.sh OUT --parts wide``); ``"auto"`` keeps them on XLA.
 AUTO_MAX_WIDTH = 16384
 
 
@@ -70,7 +76,8 @@ def native(backend: str, n: int = 0) -> bool:
     """Whether ``impl="auto"`` may take the kernels on ``backend`` for rows of ``n`` elements
     (never interpret mode).
 
-    GPUs: yes, for rows up to :data:`AUTO_MAX_WIDTH`. On an NVIDIA H200 the kernels pass
+    GPUs: yes, for rows up to :data:`AUTO_MAX_WIDTH` (wider rows, which the kernels read in
+    column chunks, are unmeasured on hardware and stay on XLA). On an NVIDIA H200 the kernels pass
     ``jln parity --impl pallas`` and run the backward in 0.51-0.80x the XLA path's time
     (bench/results/h200.md), and they support every transform the XLA path does (reverse
     and forward mode, higher derivatives through the XLA body, vmap, sharding by rows).
@@ -122,8 +129,13 @@ def unsupported_reason(spec: NormSpec, x: Any, operands: tuple[Any, ...], backen
     n = _checks.rows_and_width(x.shape, len(axes))[1]
     if n == 0:
         return "the normalized axes are empty"
-    if n > _plan.MAX_WIDTH:
-        return f"rows of {n} elements exceed the kernels' {_plan.MAX_WIDTH} (wide rows run on the XLA path)"
+    target = INTERPRET_TARGET if backend == "cpu" else backend
+    widest = _plan.max_width(target)
+    if n > widest:
+        return (
+            f"rows of {n} elements exceed the widest the kernels take on {target} ({widest}; "
+            f"wider rows run on the XLA path)"
+        )
     return None
 
 

@@ -7,11 +7,14 @@ backward program walks a chunk of such blocks (``plan.chunk`` rows; on GPUs abou
 registers, so it writes one partial row per program, not per block. Per-feature
 parameters arrive as ``[1, 1, n]``, per-example conditions (DiT's ``shift[:, None]``) as
 ``[groups, 1, n]`` with each block inside one group, and conditions with ``x``'s own shape as
-``[rows, n]``.
+``[rows, n]``. Rows of at least ``_plan.WIDE_FROM`` elements take the wide path (see "wide
+rows" below): the same blocks, read in column chunks inside each program.
 
 Numerics: the statistics restate :func:`jln._stats.centered`, :func:`jln._stats.inv_std` and
 :func:`jln._stats.mean_square` with column masking (the only place the kernels restate a core
-formula; tests compare them with the XLA path). Everything after the statistics is the family
+formula; tests compare them with the XLA path): :func:`_ln_centered` on whole rows and
+:func:`_wide_ln_stats` over column chunks (a change to LayerNorm's centred statistics goes in
+both), the sums of squares inline. Everything after the statistics is the family
 spec's own ``tail`` (and the seed convention's ``seed_denominator``) from :mod:`jln._contract`,
 run through :func:`jln.kernels._portable.portable`, and
 the backward takes their cotangents with ``jax.vjp`` inside the kernel, so no convention's
@@ -332,6 +335,214 @@ def _bwd_kernel(spec: Spec, *refs: Any) -> None:
             _store(plan, ref, part, cols_ok)
 
 
+# ----------------------------------------------------------------------------- wide rows
+#
+# Rows of at least ``_plan.WIDE_FROM`` elements: a program owns a block of rows as above, but
+# reads it in column chunks of ``plan.col_chunk`` inside a loop, so no value spans a whole row.
+# Forward: the statistics take one pass over the chunks per row sum (LayerNorm: the mean about
+# the pivot, then the centred sum of squares; RMSNorm: the sum of squares), then one pass
+# normalizes each chunk and stores it. Backward: one pass sums the two row reductions of the
+# normalized row's derivative, a second stores dx chunk by chunk and writes this program's
+# partial sums of the broadcast operands' cotangents, one chunk at a time. The chunks are
+# re-read from memory in each pass (a fused add re-reads x and the residual). Numerics: the
+# same float32 formulas as the one-tile kernels, summed chunk by chunk.
+
+
+def _col_mask(plan: Plan, c0: Any, size: int) -> Array | None:
+    """Valid columns ``[1, size]`` of the chunk at ``c0`` (GPU, when the width is not a
+    multiple of the chunk); None where every column is valid (TPU slices are exact)."""
+    if plan.target != "gpu" or plan.n % size == 0:
+        return None
+    return c0 + lax.broadcasted_iota(jnp.int32, (1, size), 1) < plan.n
+
+
+def _over_chunks(plan: Plan, body: Any, init: Any) -> Any:
+    """``body(c0, size, cols_ok, carry) -> carry`` over the row's column chunks. GPU: a loop
+    over power-of-two chunks at dynamic offsets, the last masked; TPU: the chunks unrolled at
+    static offsets (Mosaic slices a VMEM block statically), the last one shorter."""
+    c = plan.col_chunk
+    if plan.target == "gpu":
+
+        def step(j: Any, carry: Any) -> Any:
+            c0 = pl.multiple_of(j * c, c)
+            return body(c0, c, _col_mask(plan, c0, c), carry)
+
+        return lax.fori_loop(0, plan.num_col_chunks, step, init)
+    carry = init
+    for c0 in range(0, plan.n, c):
+        carry = body(c0, min(c, plan.n - c0), None, carry)
+    return carry
+
+
+def _chunk(plan: Plan, ref: Any, c0: Any, size: int, mask: Array | None) -> Array:
+    """The chunk ``[:, c0:c0+size]`` of a block, zero where ``mask`` is false."""
+    return _load(plan, ref.at[:, pl.ds(c0, size)], mask)
+
+
+def _put(plan: Plan, ref: Any, c0: Any, size: int, v: Array, mask: Array | None) -> None:
+    _store(plan, ref.at[:, pl.ds(c0, size)], v, mask)
+
+
+def _wide_input(spec: Spec, x_refs: Any, c0: Any, size: int, mask: Array | None) -> Array:
+    """The normalized input's chunk as float32: ``x``, or with a fused add ``s = x + residual``
+    rounded to ``s``'s dtype as the XLA path's add."""
+    plan = spec.plan
+    x = _chunk(plan, x_refs[0], c0, size, mask).astype(F32)
+    if spec.add is not None:
+        x = _round(x + _chunk(plan, x_refs[1], c0, size, mask).astype(F32), spec.add[0])
+    return x
+
+
+def _wide_pivot(spec: Spec, x_refs: Any, rows_ok: Array) -> Array:
+    """Each row's pivot ``[br, 1]``: its first element, of ``s = x + residual`` when
+    ``x_refs`` holds both (the forward of a fused add), else of ``x_refs[0]``."""
+    plan = spec.plan
+    if len(x_refs) == 1:
+        spec = dataclasses.replace(spec, add=None)  # the backward reads s itself
+    if plan.target == "gpu":
+        return _wide_input(spec, x_refs, 0, 1, rows_ok)
+    # TPU: zero on the unspecified rows of a partial last block, as the backward's other loads,
+    # so that they add nothing to the partial sums
+    return _wide_input(spec, x_refs, 0, min(plan.col_chunk, plan.n), rows_ok)[:, :1]
+
+
+def _wide_operands(spec: Spec, refs: Any, c0: Any, size: int, rows_ok: Array, cols_ok: Array | None) -> list[Array]:
+    out = []
+    for ref, (kind, _) in zip(refs, spec.kinds, strict=True):
+        mask = _and(rows_ok, cols_ok) if kind == ROW else cols_ok
+        out.append(_chunk(spec.plan, ref, c0, size, mask).astype(F32))
+    return out
+
+
+def _wide_ln_stats(spec: Spec, x_refs: Any, pivot: Array, rows_ok: Array) -> tuple[Array, Array]:
+    """LayerNorm's ``(m, var)`` over column chunks: :func:`_ln_centered` summed chunk by chunk
+    (the mean about the pivot, then the centred sum of squares: two passes over the row)."""
+    plan = spec.plan
+    mask0 = rows_ok if plan.target == "gpu" else None
+    zero = jnp.zeros((plan.block_rows, 1), F32)
+
+    def mean_step(c0: Any, size: int, cols: Array | None, acc: Array) -> Array:
+        x = _wide_input(spec, x_refs, c0, size, _and(mask0, cols))
+        return acc + _row_sum(_zero_outside(cols, x - pivot))
+
+    m = _over_chunks(plan, mean_step, zero) / plan.n
+
+    def var_step(c0: Any, size: int, cols: Array | None, acc: Array) -> Array:
+        x = _wide_input(spec, x_refs, c0, size, _and(mask0, cols))
+        d = _zero_outside(cols, x - pivot - m)
+        return acc + _row_sum(d * d)
+
+    return m, _over_chunks(plan, var_step, zero) / plan.n
+
+
+def _wide_fwd_kernel(spec: Spec, *refs: Any) -> None:
+    plan, k, nx = spec.plan, len(spec.kinds), spec.n_x
+    x_refs, op_refs, out_refs = refs[:nx], refs[nx : nx + k], refs[nx + k :]
+    rows_ok, _ = _masks(plan)
+    gpu = plan.target == "gpu"
+    s_ref = None
+    if spec.add is not None:
+        s_ref, out_refs = out_refs[1], (out_refs[0], *out_refs[2:])
+    zero = jnp.zeros((plan.block_rows, 1), F32)
+
+    def read(c0: Any, size: int, cols: Array | None) -> Array:
+        return _wide_input(spec, x_refs, c0, size, _and(rows_ok, cols) if gpu else None)
+
+    pivot = None
+    if spec.op == "ln":
+        pivot = _wide_pivot(spec, x_refs, rows_ok)
+        m, var = _wide_ln_stats(spec, x_refs, pivot, rows_ok)
+        rstd = _rstd(var, spec.eps)
+        y_ref, m_ref, rstd_ref = out_refs
+        _store(plan, m_ref, m, rows_ok)
+    else:
+
+        def sq_step(c0: Any, size: int, cols: Array | None, acc: Array) -> Array:
+            x = read(c0, size, cols)
+            return acc + _row_sum(x * x)
+
+        sum_sq = _over_chunks(plan, sq_step, zero)
+        rstd = _seed_denominator(spec, sum_sq) if spec.seed else _rstd(sum_sq / plan.n, spec.eps)
+        y_ref, rstd_ref = out_refs
+
+    def apply_step(c0: Any, size: int, cols: Array | None, carry: Any) -> Any:
+        x = read(c0, size, cols)
+        valid = _and(rows_ok, cols)
+        if s_ref is not None:  # s is written here, once, in the pass that writes y
+            _put(plan, s_ref, c0, size, x, valid)
+        if pivot is not None:
+            h = _zero_outside(cols, x - pivot - m) * rstd
+        else:
+            h = x / rstd if spec.seed else x * rstd
+        ops = _wide_operands(spec, op_refs, c0, size, rows_ok, cols)
+        _put(plan, y_ref, c0, size, _tail(spec)(h, *ops), valid)
+        return carry
+
+    _over_chunks(plan, apply_step, jnp.zeros((), jnp.int32))
+    _store(plan, rstd_ref, rstd, rows_ok)
+
+
+def _wide_bwd_kernel(spec: Spec, *refs: Any) -> None:
+    """One block of rows (``plan.chunk == block_rows``): the row reductions over the chunks,
+    then dx and the operand cotangents chunk by chunk; the broadcast operands' partial sums of
+    this block are written to this program's partial row, one chunk at a time."""
+    plan, k = spec.plan, len(spec.kinds)
+    n_stats = spec.n_stats
+    n_in = 2 if spec.add is None else 3
+    x_ref, dy_ref = refs[0], refs[1]
+    stat_refs = refs[n_in : n_in + n_stats]
+    op_refs = refs[n_in + n_stats : n_in + n_stats + k]
+    dx_ref, dop_refs = refs[n_in + n_stats + k], refs[n_in + 1 + n_stats + k :]
+    rows_ok, _ = _masks(plan)
+    seed = spec.op == "rms" and spec.seed
+    stats = [_load(plan, r, rows_ok) for r in stat_refs]
+    pivot = _wide_pivot(spec, (x_ref,), rows_ok) if spec.op == "ln" else None
+    if seed:
+        stats = [jnp.where(rows_ok, stats[0], 1.0)]
+    zero = jnp.zeros((plan.block_rows, 1), F32)
+
+    def local(c0: Any, size: int, cols: Array | None) -> tuple[Any, ...]:
+        """This chunk's xhat, the tail's cotangents (g, *d_ops) and the mask of valid values."""
+        valid = _and(rows_ok, cols)
+        x = _chunk(plan, x_ref, c0, size, valid).astype(F32)
+        dy = _chunk(plan, dy_ref, c0, size, valid)
+        ops = _wide_operands(spec, op_refs, c0, size, rows_ok, cols)
+        if pivot is not None:
+            m, rstd = stats
+            xhat = _zero_outside(cols, (x - pivot - m) * rstd)
+        else:
+            xhat = x / stats[0] if seed else x * stats[0]
+        _, vjp = jax.vjp(_tail(spec), xhat, *ops)
+        g, *dops = vjp(dy)
+        return xhat, _zero_outside(cols, g), dops, valid
+
+    def sums_step(c0: Any, size: int, cols: Array | None, acc: tuple[Array, Array]) -> tuple[Array, Array]:
+        xhat, g, _, _ = local(c0, size, cols)
+        return acc[0] + _row_sum(g), acc[1] + _row_sum(g * xhat)
+
+    sum_g, sum_gx = _over_chunks(plan, sums_step, (zero, zero))
+    mean_g, mean_gx = sum_g / plan.n, sum_gx / plan.n
+
+    def dx_step(c0: Any, size: int, cols: Array | None, carry: Any) -> Any:
+        xhat, g, dops, valid = local(c0, size, cols)
+        proj = xhat * mean_gx
+        if pivot is not None:
+            dx = stats[1] * (g - mean_g - proj)
+        elif seed:  # a clamped row's denominator is the constant eps
+            denom = stats[0]
+            dx = jnp.where(denom > spec.eps, g - proj, g) / denom
+        else:
+            dx = stats[0] * (g - proj)
+        if spec.add is not None:
+            dx = _round(dx, spec.add[0]) + _chunk(plan, refs[2], c0, size, valid).astype(F32)
+        _put(plan, dx_ref, c0, size, dx, valid)
+        for ref, dop, (kind, _) in zip(dop_refs, dops, spec.kinds, strict=True):
+            _put(plan, ref, c0, size, dop if kind == ROW else dop.astype(F32), valid if kind == ROW else cols)
+        return carry
+
+    _over_chunks(plan, dx_step, jnp.zeros((), jnp.int32))
+
+
 # ----------------------------------------------------------------------------- pallas_call
 
 
@@ -415,7 +626,7 @@ def _forward(spec: Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> tuple
         x_like.append(jax.ShapeDtypeStruct((plan.rows, plan.n), spec.add[0]))
     outs = _pallas(
         spec,
-        _fwd_kernel,
+        _wide_fwd_kernel if plan.wide else _fwd_kernel,
         plan.num_blocks,
         [_row_spec(plan)] * len(xs) + [_operand_spec(plan, kd, t) for kd, t in spec.kinds],
         [_row_spec(plan)] * len(x_like) + [_stat_spec(plan)] * n_stats,
@@ -440,7 +651,7 @@ def _backward(
         out_specs.append(_row_spec(plan, c) if kind == ROW else _partial_spec(plan))
     outs = _pallas(
         spec,
-        _bwd_kernel,
+        _wide_bwd_kernel if plan.wide else _bwd_kernel,
         plan.num_chunks,
         [_row_spec(plan, c)] * len(dys)
         + [_stat_spec(plan, c)] * len(stats)

@@ -9,6 +9,27 @@ import jax.numpy as jnp
 #: Widest row a one-row-block-per-program kernel keeps in registers; wider rows use XLA.
 MAX_WIDTH = 65536
 
+#: Rows at least this wide take the wide path: each program loops over its rows in column
+#: chunks (statistics over the chunks, then the normalize pass), so no program holds a whole
+#: row. Rows up to 16384 keep the one-tile-per-row kernels (measured on hardware); the wide
+#: path is unmeasured there, so it starts just above.
+WIDE_FROM = 16385
+
+#: Widest row the wide path takes on GPUs (the rows are read in chunks, so the bound is not
+#: registers but the row's int32 offsets and the partial-gradient bytes); TPUs keep whole row
+#: blocks in VMEM and stay at :data:`MAX_WIDTH`.
+MAX_WIDE_WIDTH = 2**20
+
+#: GPU tiles of the wide path, ``(block_rows, column chunk, num_warps)``: about 32 values of a
+#: tile per thread forward and 16 backward (as the measured one-row tiles at 4096 and 16384),
+#: more rows per backward program so the float32 partial sums of the parameter gradients
+#: (one row of ``n`` per program) stay a fraction of ``x``'s bytes. Untuned.
+GPU_WIDE_FWD = (4, 2048, 8)
+GPU_WIDE_BWD = (8, 1024, 16)
+
+#: Column chunk of the wide path on TPUs (lanes; a multiple of 128).
+TPU_WIDE_CHUNK = 8192
+
 #: About how many programs the GPU backward launches. Each program walks a chunk of rows and
 #: keeps its parameter-gradient partials in registers, so the partials written are
 #: ``programs x n`` float32 values instead of one row of them per block of rows (which, at one
@@ -39,6 +60,16 @@ class Plan:
     block_rows: int
     num_warps: int | None
     chunk_rows: int = 0  # rows one backward program walks (a multiple of block_rows); 0: block_rows
+    col_chunk: int = 0  # wide path: columns one loop step reads (GPU: a power of two); 0: the whole row
+
+    @property
+    def wide(self) -> bool:
+        """Whether programs loop over their rows in column chunks (see :data:`WIDE_FROM`)."""
+        return self.col_chunk > 0
+
+    @property
+    def num_col_chunks(self) -> int:
+        return -(-self.n // self.col_chunk) if self.col_chunk else 1
 
     @property
     def num_blocks(self) -> int:
@@ -110,6 +141,27 @@ def gpu_chunk_rows(rows: int, block_rows: int, group_rows: tuple[int, ...]) -> i
     return chunk
 
 
+def max_width(target: str) -> int:
+    """Widest row the kernels take on ``target`` (``"gpu"`` or ``"tpu"``)."""
+    return MAX_WIDE_WIDTH if target == "gpu" else MAX_WIDTH
+
+
+def is_wide(n: int) -> bool:
+    """Whether rows of ``n`` elements take the wide (column-chunked) path."""
+    return n >= WIDE_FROM
+
+
+def gpu_wide_blocks(rows: int, backward: bool) -> tuple[int, int, int]:
+    """``(block_rows, col_chunk, num_warps)`` of the wide path on a GPU: :data:`GPU_WIDE_FWD`
+    or :data:`GPU_WIDE_BWD`, with block rows halved while fewer than about
+    ``GPU_BWD_PROGRAMS / 2`` programs would cover ``rows`` (a few rows of a very wide row
+    should still spread over the multiprocessors)."""
+    block_rows, chunk, warps = GPU_WIDE_BWD if backward else GPU_WIDE_FWD
+    while block_rows > 1 and rows < block_rows * (GPU_BWD_PROGRAMS // 2):
+        block_rows //= 2
+    return block_rows, chunk, warps
+
+
 def tpu_block_rows(n: int) -> int:
     """Block rows for a TPU: a multiple of 8 sublanes, about 512 KiB of float32 per tile."""
     lanes = -(-n // 128) * 128
@@ -128,14 +180,21 @@ def make_plan(
     one group of T rows per example): a block must not straddle two groups, so block rows are
     cut to divide each (the caller materializes groups for which :func:`group_block_ok` fails).
     """
+    wide = is_wide(n)
     if target == "gpu":
-        block_rows, num_warps = (gpu_bwd_blocks if backward else gpu_blocks)(n, dtype)
+        col_chunk = 0
+        if wide:
+            block_rows, col_chunk, num_warps = gpu_wide_blocks(rows, backward)
+            col_chunk = min(col_chunk, next_power_of_2(n))
+        else:
+            block_rows, num_warps = (gpu_bwd_blocks if backward else gpu_blocks)(n, dtype)
         block_rows = min(block_rows, next_power_of_2(rows))
         for t in group_rows:
             while t % block_rows:
                 block_rows //= 2
-        chunk = gpu_chunk_rows(rows, block_rows, group_rows)
-        return Plan(target, interpret, rows, n, next_power_of_2(n), block_rows, num_warps, chunk)
+        # the wide backward writes each program's partial sums chunk by chunk: one block per program
+        chunk = block_rows if wide else gpu_chunk_rows(rows, block_rows, group_rows)
+        return Plan(target, interpret, rows, n, next_power_of_2(n), block_rows, num_warps, chunk, col_chunk)
     block_rows = tpu_block_rows(n)
     if group_rows:
         for t in group_rows:
@@ -144,7 +203,8 @@ def make_plan(
                 block_rows -= 8
     elif rows <= block_rows:
         block_rows = rows  # a block equal to the full dimension is always legal
-    return Plan(target, interpret, rows, n, n, block_rows, None)
+    col_chunk = min(TPU_WIDE_CHUNK, n) if wide else 0
+    return Plan(target, interpret, rows, n, n, block_rows, None, 0, col_chunk)
 
 
 def unplanned(target: str, interpret: bool, n: int) -> Plan:
@@ -158,4 +218,5 @@ def group_block_ok(target: str, t: int, n: int, dtype: object) -> bool:
     without shrinking blocks below 8 rows (or below the default, if that is smaller)."""
     if target == "tpu":
         return t % 8 == 0
-    return t & -t >= min(8, gpu_blocks(n, dtype)[0])  # t & -t: largest power of 2 dividing t
+    default = GPU_WIDE_FWD[0] if is_wide(n) else gpu_blocks(n, dtype)[0]
+    return t & -t >= min(8, default)  # t & -t: largest power of 2 dividing t
