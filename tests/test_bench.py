@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pathlib
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import jax
@@ -12,9 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jln import _bench, _bench_impls
 from jln.cli import bench as cli
 from jln.cli import main as jln_main
+from jln.cli._bench import harness as _bench
+from jln.cli._bench import impls as _bench_impls
 
 TINY = ["--widths", "256", "--rows", "64", "--reps", "2", "--warmup", "1", "--quiet"]
 RECORD_KEYS = {"impl", "op", "shape", "dtype", "direction", "median_us", "gbps", "pct_of_copy",
@@ -580,3 +584,16 @@ def test_quick_config() -> None:
     if jax.default_backend() == "cpu":
         assert "jln-pallas" not in cfg.impls
     assert cli.config_from_args(cli._parser().parse_args(["--quick", "--torch-threads", "2"])).torch_threads == 2
+
+
+def test_import_jln_does_not_load_the_bench() -> None:
+    # the benchmark machinery lives under the console command; a program that normalizes
+    # never loads it (nor the CLI at all)
+    code = (
+        "import sys, jax.numpy as jnp, jln\n"
+        "jln.layer_norm(jnp.ones((2, 8)), eps=1e-6).block_until_ready()\n"
+        "jln.rms_norm(jnp.ones((2, 8))).block_until_ready()\n"
+        "bad = sorted(m for m in sys.modules if m == 'jln.cli' or m.startswith('jln.cli.'))\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env={**os.environ, "JLN_NATIVE": "0"})

@@ -1,7 +1,7 @@
 """``jln bench``: jit-benchmark jln's norms against flax, jnp, tokamax, torch and the copy floor.
 
 The machinery (data, timing, byte counts, residual sizes, the report) lives in
-``jln._bench``; the implementations compared live in ``jln._bench_impls``.
+``jln.cli._bench.harness``; the implementations compared live in ``jln.cli._bench.impls``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from jln import _bench, _bench_impls
 from jln.cli import DTYPE_ALIASES, output_path_problem
+from jln.cli._bench import harness as _bench
+from jln.cli._bench import impls as _bench_impls
 
 #: ``--quick``: a CPU-friendly subset (well under 2 minutes on 2 cores). torch runs one thread
 #: (as the committed CPU results do), and implementations that skip every case on the current

@@ -57,7 +57,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jln import _bench_impls as impls
+from jln.cli._bench import impls
 
 try:
     import resource
