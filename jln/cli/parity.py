@@ -98,7 +98,7 @@ def _op_case(op: _registry.Op, dtype: str, shape: Shape, k: int, variant: str = 
                 raise
 
         return check_matches_torch(
-            jax_fn, lambda **t: op.call_torch(t, k), inputs,
+            jax_fn, lambda **t: op.call_torch(t, k), inputs=inputs,
             reference="float64", exact=op.exact, name=op.name, grad_atol=op.grad_atol(inputs, k),
         )
 
@@ -272,7 +272,7 @@ def _module_case(spec: ModuleSpec, dtype: str, full: bool) -> Case:
 
         rng = np.random.default_rng(1)
         inputs = [_registry._cast(rng.standard_normal(s), dtype) for s in spec.input_shapes]
-        results = check_matches_torch(jm.fn(), torch_fn, inputs, reference="float64", name=spec.name)
+        results = check_matches_torch(jm.fn(), torch_fn, inputs=inputs, reference="float64", name=spec.name)
         # and the gradients w.r.t. the parameters, under torch's names
         return results + _param_grads(jm, tmod, t64, inputs, reference="float64", rtol=None, atol=None, seed=0,
                                       name=spec.name, torch_call=spec.call)
