@@ -24,7 +24,7 @@ import jln
 from jln.cli._bench import harness as _bench
 from jln.cli._bench import impls
 
-OPS = ("layer_norm", "add_layer_norm", "rms_norm")
+OPS = ("layer_norm", "add_layer_norm", "rms_norm[torch]")
 IMPLS = ("jln eager", "jln op by op", "jln jit", "torch eager")
 
 
@@ -36,14 +36,14 @@ def _case(op: str, rows: int, width: int, dtype: str, reps: int) -> dict[str, An
     data = _bench.make_data(rows, width, dtype, n_buffers)
     inputs = [_bench.op_inputs(op, data, i)[0] for i in range(n_buffers)]
     f = impls.jax_op("jln", op)  # jln's public function as users call it (impl="auto")
-    public = getattr(jln, op)
+    public = getattr(jln, impls.family(op))
 
     def unwrapped(p: dict[str, Any]) -> Any:  # f, with jln.<op> run op by op
-        setattr(jln, op, public.__wrapped__)
+        setattr(jln, impls.family(op), public.__wrapped__)
         try:
             return f(p)
         finally:
-            setattr(jln, op, public)
+            setattr(jln, impls.family(op), public)
 
     jitted = jax.jit(f)
     tf = impls.torch_op(op)

@@ -33,7 +33,7 @@ import numpy as np
 from jln import _registry
 from jln._compare import ulp_text
 from jln._platform import IMPLS
-from jln.cli import DTYPE_ALIASES, output_path_problem
+from jln.cli import DTYPE_ALIASES, did_you_mean, output_path_problem
 from jln.testing import ParityResult, _failed_report, _jax_module, _param_grads, check_matches_torch
 
 Shape = tuple[int, ...]
@@ -434,7 +434,8 @@ def _select(patterns: list[str], names: list[str], families: dict[str, str], wha
     for pat in patterns:
         hit = [n for n in names if fnmatch.fnmatchcase(n, _glob(pat)) or fnmatch.fnmatchcase(families.get(n, ""), pat)]
         if not hit:
-            raise _UsageError(f"jln parity: unknown {what} {pat!r}; valid {what}s:\n  " + "\n  ".join(names))
+            raise _UsageError(f"jln parity: unknown {what} {pat!r};{did_you_mean(pat, names)} Valid {what}s:\n  "
+                              + "\n  ".join(names))
         chosen += [n for n in hit if n not in chosen]
     return [n for n in names if n in chosen]
 
