@@ -29,7 +29,7 @@ RECORD_KEYS = {"impl", "op", "shape", "dtype", "direction", "median_us", "gbps",
 def tiny_report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("bench")
     path = out / "r.json"
-    argv = ["--quick", *TINY, "--ops", "layer_norm,add_rms_norm", "--impls", "jln,jln-xla,jln-native,jln-pallas,flax,jnp,torch",
+    argv = ["--quick", *TINY, "--ops", "layer_norm,add_rms_norm[torch]", "--impls", "jln,jln-xla,jln-native,jln-pallas,flax,jnp,torch",
             "--json", str(path), "--plot", str(out / "r.png"), "--md", str(out / "r.md")]
     assert cli.main(argv) == 0
     report = json.loads(path.read_text())
@@ -60,7 +60,7 @@ def test_json_schema(tiny_report: dict) -> None:
     seen = {(r["impl"], r["op"], r["dtype"], r["direction"]) for r in results}
     for dtype in ("float32", "bfloat16"):
         assert ("copy", "copy", dtype, "fwd") in seen
-        for op in ("layer_norm", "add_rms_norm"):
+        for op in ("layer_norm", "add_rms_norm[torch]"):
             for impl in ("jln", "jln-xla", "jln-native", "flax", "jnp"):
                 for direction in ("fwd", "fwd+bwd"):
                     assert (impl, op, dtype, direction) in seen
@@ -597,3 +597,58 @@ def test_import_jln_does_not_load_the_bench() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env={**os.environ, "JLN_NATIVE": "0"})
+
+
+def test_op_names_are_the_registrys_and_parity_s() -> None:
+    from jln import _registry
+
+    # one spelling everywhere: jln bench takes every registry op under its registry name
+    assert set(_bench_impls.OPS) == {op.name for op in _registry.OPS}
+    assert set(_bench_impls.DEFAULT_OPS) <= set(_bench_impls.OPS)
+    parse = cli._parser().parse_args
+    assert parse(["--ops", "rms_norm[llama]"]).ops == ("rms_norm[llama]",)
+    fam = parse(["--ops", "adaptive_layer_norm"]).ops  # a family selects its variants, as in parity
+    assert fam == ("adaptive_layer_norm[seed]", "adaptive_layer_norm[dit]", "adaptive_layer_norm[continuous]")
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["--ops", "rms_norm_llama"], "Did you mean 'rms_norm[llama]'"),
+    (["--impls", "torch_compile"], "Did you mean 'torch-compile'"),
+])
+def test_unknown_names_get_a_did_you_mean(argv: list[str], hint: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 2
+    assert hint in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("op", _bench_impls.OPS)
+def test_every_op_runs_in_jln_and_its_baselines_agree(op: str) -> None:
+    # each op's jln function and every baseline that provides it compute the same thing on
+    # the harness's inputs (float32, tight tolerance): the bench compares like with like
+    torch = pytest.importorskip("torch")
+    data = _bench.make_data(16, 64, jnp.float32, 1)
+    p, _ = _bench.op_inputs(op, data, 0)
+    with _bench.standard_promotion():
+        ref = [np.asarray(o) for o in _bench_impls.jax_op("jln-xla" if op != "modulate" else "jln", op)(p)]
+        others = []
+        for impl in ("flax", "jnp"):
+            try:
+                others.append((impl, _bench_impls.jax_op(impl, op)(p)))
+            except _bench_impls.Skip:
+                pass
+    tp = {k: torch.from_numpy(np.array(v)) for k, v in p.items()}
+    others.append(("torch", _bench_impls.torch_op(op)(tp)))
+    assert len(others) >= 1
+    for impl, outs in others:
+        assert len(outs) == len(ref), impl
+        for o, r in zip(outs, ref, strict=True):
+            o = o.detach().numpy() if hasattr(o, "detach") else np.asarray(o)
+            np.testing.assert_allclose(o, r, rtol=2e-5, atol=2e-5, err_msg=f"{impl} {op}")
+
+
+def test_tables_go_to_stdout_also_with_output_files(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "r.json"
+    assert cli.main([*TINY, "--ops", "layer_norm", "--impls", "jln-xla", "--dtypes", "float32",
+                     "--directions", "fwd", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "| layer_norm | float32 | fwd |" in out or "layer_norm, median" in out, out
+    assert f"wrote {path}" in out
