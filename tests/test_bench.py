@@ -383,7 +383,7 @@ def test_eager_suite_runs(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "eager.md"
     assert mod.main([str(out), "--widths", "128", "--dtypes", "bfloat16", "--elements", "4096", "--reps", "2"]) == 0
     rows = [line.split(" | ") for line in out.read_text().splitlines() if line.startswith("| ") and "×" in line]
-    assert [r[0] for r in rows] == ["| layer_norm", "| add_layer_norm", "| rms_norm"]
+    assert [r[0] for r in rows] == ["| layer_norm", "| add_layer_norm", "| rms_norm[torch]"]
     for r in rows:
         assert r[1] == "32×128" and r[2] == "bfloat16"
         eager, op_by_op, jit, torch_eager = (float(v) for v in r[4:8])
