@@ -5,7 +5,7 @@ eager calls whole, see jln/_eager.py), and torch's eager CPU kernels.
     taskset -c 0 python bench/eager.py OUT.md [--widths 256,4096] [--dtypes float32,bfloat16] [--reps 21]
 
 Forwards only (an eager ``jax.vjp`` traces the function, so it runs op by op either way).
-Timed as ``jln bench`` times (``jln._bench.time_interleaved``: samples in turns, each call
+Timed as ``jln bench`` times (``jln.cli._bench.harness.time_interleaved``: samples in turns, each call
 synced before the next, inputs rotated over four times the last-level cache), on the default
 JAX device; the copy floor is torch's ``copy_`` of the same bytes, timed in the same turns.
 """
@@ -21,10 +21,10 @@ import jax
 import jax.numpy as jnp
 
 import jln
-from jln import _bench
-from jln import _bench_impls as impls
+from jln.cli._bench import harness as _bench
+from jln.cli._bench import impls
 
-OPS = ("layer_norm", "add_layer_norm", "rms_norm")
+OPS = ("layer_norm", "add_layer_norm", "rms_norm[torch]")
 IMPLS = ("jln eager", "jln op by op", "jln jit", "torch eager")
 
 
@@ -36,14 +36,14 @@ def _case(op: str, rows: int, width: int, dtype: str, reps: int) -> dict[str, An
     data = _bench.make_data(rows, width, dtype, n_buffers)
     inputs = [_bench.op_inputs(op, data, i)[0] for i in range(n_buffers)]
     f = impls.jax_op("jln", op)  # jln's public function as users call it (impl="auto")
-    public = getattr(jln, op)
+    public = getattr(jln, impls.family(op))
 
     def unwrapped(p: dict[str, Any]) -> Any:  # f, with jln.<op> run op by op
-        setattr(jln, op, public.__wrapped__)
+        setattr(jln, impls.family(op), public.__wrapped__)
         try:
             return f(p)
         finally:
-            setattr(jln, op, public)
+            setattr(jln, impls.family(op), public)
 
     jitted = jax.jit(f)
     tf = impls.torch_op(op)

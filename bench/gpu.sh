@@ -99,7 +99,7 @@ fi
 
 if want main; then
   timeout -s TERM 170 $py -m jln.cli.bench "${shape[@]}" --dtypes bfloat16 \
-    --ops layer_norm,rms_norm,add_layer_norm,add_rms_norm \
+    --ops 'layer_norm,rms_norm[torch],add_layer_norm,add_rms_norm[torch]' \
     --impls jln,jln-xla,jln-pallas,flax,jnp,torch,torch-compile --directions all \
     "${reps[@]}" --budget-s 140 --compile-budget-s 45 --quiet --headline jln-pallas,jln \
     --title "jln bench: 32768x4096 bfloat16" --json "$out/main.json" --md "$out/main.md"

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 import jln
-from jln import _bench
+from jln.cli._bench import harness as _bench
 from jln.kernels import _plan
 
 FWD_TILES = [(1, 4), (1, 8), (2, 8), (2, 16)]  # (block_rows, num_warps)

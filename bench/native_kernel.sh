@@ -18,7 +18,7 @@ fi
 {
   echo "# jln native CPU forward kernels alone"
   echo
-  echo "CPU: $(python -c 'from jln import _bench; print(_bench.cpu_model())'), one core. Medians; copy, layer_norm and rms_norm are sampled in turns; bytes: read x, write y."
+  echo "CPU: $(python -c 'from jln.cli._bench import harness; print(harness.cpu_model())'), one core. Medians; copy, layer_norm and rms_norm are sampled in turns; bytes: read x, write y."
   echo
   echo "In cache (65536 elements per buffer, 300 reps):"
   echo

@@ -99,6 +99,13 @@ def check_param(p: Any, name: str, x_shape: Sequence[int], axes: tuple[int, ...]
     """Raise unless the per-feature parameter ``p`` has the shape of ``x`` at ``axes``."""
     if p is None:
         return
+    if isinstance(p, (float, int)) and not isinstance(p, bool):
+        # jln.layer_norm(x, 1e-6): a number where the parameter goes is eps given positionally
+        lead = {"add": "x, residual", "ada": "x, emb"}.get(fn.rpartition(".")[2][:3], "x")
+        raise TypeError(
+            f"{fn}: `{name}` must be an array; received the number {p!r}. If that is eps, pass it by "
+            f"keyword: eps is keyword-only, e.g. {fn}({lead}, eps={p!r})."
+        )
     check_floating(p, fn, name)
     expected = feature_shape(x_shape, axes)
     if tuple(p.shape) != expected:

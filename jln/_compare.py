@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -75,9 +76,46 @@ def ulp_distance(a: Any, b: Any) -> np.ndarray:
 NAN_ULP = int(np.iinfo(np.int64).max)
 
 
-def ulp_text(max_ulp: int) -> str:
-    """``max_ulp`` for people: the number, or ``nan`` where a NaN met a number (no distance)."""
-    return "nan" if max_ulp >= NAN_ULP else str(max_ulp)
+def ulp_text(max_ulp: float) -> str:
+    """An ulp distance for people: the number (3 significant digits where it is not whole), or
+    ``nan`` where a NaN met a number (no distance)."""
+    if math.isnan(max_ulp) or max_ulp >= NAN_ULP:
+        return "nan"
+    return str(int(max_ulp)) if float(max_ulp).is_integer() else f"{max_ulp:.3g}"
+
+
+def _ulp_of(m: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The spacing of ``dtype``'s numbers at magnitude ``m`` (float64 array; the smallest
+    subnormal at and near 0)."""
+    import ml_dtypes
+
+    info = ml_dtypes.finfo(dtype)
+    tiny = float(info.smallest_subnormal)
+    with np.errstate(divide="ignore"):
+        e = np.floor(np.log2(np.where(m > 0, m, 1.0)))
+    return np.maximum(np.where(m > 0, np.exp2(e - info.nmant), tiny), tiny)
+
+
+def row_ulp(a: np.ndarray, b: np.ndarray) -> float:
+    """``max|a - b|`` in units in the last place of each row's largest ``|b|``, the reference.
+
+    A row is the last axis (the whole array for a scalar). Near-zero elements have tiny ulps
+    of their own, so an error that is invisible at the row's scale can be millions of their
+    ulps (:func:`ulp_distance`); here every element's error is measured in the units of the
+    row's magnitude, which is what a downstream matmul sees. Non-finite elements are left out
+    (:func:`compare` counts them apart); an empty array gives 0.
+    """
+    a, b = to_numpy(a), to_numpy(b)
+    if a.size == 0:
+        return 0.0
+    af, bf = a.astype(np.float64), b.astype(np.float64)
+    finite = np.isfinite(af) & np.isfinite(bf)
+    af, bf = np.where(finite, af, 0.0), np.where(finite, bf, 0.0)  # (no inf - inf below)
+    err, mag = np.abs(af - bf), np.abs(bf)
+    if err.ndim == 0:
+        err, mag = err[None], mag[None]
+    scale = _ulp_of(mag.max(axis=-1, keepdims=True), b.dtype)
+    return float(np.max(err / scale))
 
 
 @dataclass
@@ -87,7 +125,9 @@ class Report:
     dtype: str
     max_abs_err: float  # max |jln - ref64| (or - torch when no ref64)
     torch_err: float  # max |torch - ref64| (0 when no ref64)
-    max_ulp: int  # max ulp distance jln vs torch, same dtype (NAN_ULP: a NaN against a number)
+    #: max |jln - torch| (same dtype) in ulps of each row's max |torch| (:func:`row_ulp`);
+    #: nan where a NaN meets a number
+    max_ulp: float
     frac_bitexact: float  # fraction of elements where jln == torch bit for bit
     bound: float  # what max_abs_err must not exceed
     exact_rule: bool  # whether the half-precision bit-exact rule applied
@@ -97,6 +137,19 @@ class Report:
     nonfinite_mismatch: int = 0
     #: whether max_abs_err and torch_err are against a float64 reference (else against torch)
     ref64: bool = True
+    #: the largest elementwise ulp distance jln vs torch (:func:`ulp_distance`: each element in
+    #: its own ulps, so a near-zero element's tiny error can count 1e9; NAN_ULP: a NaN against
+    #: a number); the half-precision bit-exact rule bounds this one
+    max_ulp_elementwise: int = 0
+    #: max |reference| over the compared elements (ref64, else torch): max_rel_err's divisor
+    ref_max_abs: float = 0.0
+
+    @property
+    def max_rel_err(self) -> float:
+        """``max_abs_err / max|reference|`` (0 when both are 0, inf when only the error is not)."""
+        if self.ref_max_abs > 0:
+            return self.max_abs_err / self.ref_max_abs
+        return 0.0 if self.max_abs_err == 0 else math.inf
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,7 +203,8 @@ def compare(
     same_nonfinite = nonfinite_mismatch == 0
     mask = np.isfinite(jf) & np.isfinite(tf)
     ulps = ulp_distance(j, t)
-    max_ulp = int(ulps.max()) if ulps.size else 0
+    max_ulp_elem = int(ulps.max()) if ulps.size else 0
+    max_ulp = math.nan if max_ulp_elem >= NAN_ULP else row_ulp(j, t)
     frac = float(np.mean(ulps == 0)) if ulps.size else 1.0
     atol = ATOL.get(dtype, 1e-6) if atol is None else atol
     rel = rtol * _max_abs(np.where(mask, tf, 0)) if rtol else 0.0
@@ -160,13 +214,15 @@ def compare(
         err = _max_abs(jm - rm)
         torch_err = _max_abs(tm - rm)
         bound = 2 * torch_err + atol + rel
+        ref_max = _max_abs(np.where(np.isfinite(rm), rm, 0.0))
     else:
         err = _max_abs(jm - tm)
         torch_err = 0.0
         bound = atol + rel
+        ref_max = _max_abs(tm)
     exact_rule = exact and dtype in EXACT_DTYPES
     passed = same_nonfinite and err <= bound
     if exact_rule:
-        passed = same_nonfinite and frac >= EXACT_FRACTION and max_ulp <= EXACT_MAX_ULP[dtype]
+        passed = same_nonfinite and frac >= EXACT_FRACTION and max_ulp_elem <= EXACT_MAX_ULP[dtype]
     return Report(dtype, err, torch_err, max_ulp, frac, bound, exact_rule, bool(passed), nonfinite_mismatch,
-                  ref64 is not None)
+                  ref64 is not None, max_ulp_elem, ref_max)

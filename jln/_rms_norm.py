@@ -72,7 +72,8 @@ def rms_norm(
                       ``w * h``; without w the result stays float32
     ``"diffusers"``   as t5, plus ``+ bias``; without w the result is cast to ``dt``   finfo(f32).eps
     ``"seed"``        ``x / max(||x||_2 * n^{-1/2}, eps) * w`` with torch's per-op     1e-8
-                      rounding in ``dt`` (the seed's 2021 x-transformers RMSNorm)
+                      rounding in ``dt``: x-transformers' 2021 RMSNorm, the seed
+                      model's (alias ``"x-transformers"``)
     ================  ==============================================================  ============
 
     Args:

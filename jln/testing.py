@@ -49,6 +49,7 @@ __all__ = [
     "assert_matches_torch",
     "assert_module_matches_torch",
     "check_matches_torch",
+    "check_module_matches_torch",
     "format_results",
 ]
 
@@ -82,6 +83,50 @@ class ParityResult:
     note: str = ""
     passed: bool = field(default=True)
 
+    # -- the measures, by name (all from ``report``) ------------------------------------------
+
+    @property
+    def max_abs_err(self) -> float:
+        """``max|jax - reference|``: the float64 reference with ``reference="float64"``, else torch."""
+        return self.report.max_abs_err
+
+    @property
+    def max_rel_err(self) -> float:
+        """:attr:`max_abs_err` divided by the reference's largest ``|value|`` (0 when both are 0)."""
+        return self.report.max_rel_err
+
+    @property
+    def bound(self) -> float:
+        """What :attr:`max_abs_err` may reach under the rule (not used when :attr:`exact_rule`)."""
+        return self.report.bound
+
+    @property
+    def torch_err(self) -> float:
+        """torch's own ``max|torch - ref64|`` (0 without a float64 reference)."""
+        return self.report.torch_err
+
+    @property
+    def max_ulp(self) -> float:
+        """``max|jax - torch|`` (same dtype) in units in the last place of each row's largest
+        ``|torch|`` (a row: the last axis); ``nan`` where a NaN meets a number."""
+        return self.report.max_ulp
+
+    @property
+    def max_ulp_elementwise(self) -> int:
+        """The largest elementwise ulp distance jax vs torch, each element in its own ulps (a
+        near-zero element's invisible error can count 1e9 of them); the bit-exact rule's measure."""
+        return self.report.max_ulp_elementwise
+
+    @property
+    def frac_bitexact(self) -> float:
+        """The share of elements where jax and torch agree bit for bit."""
+        return self.report.frac_bitexact
+
+    @property
+    def exact_rule(self) -> bool:
+        """Whether the half-precision bit-exact rule applied (instead of :attr:`bound`)."""
+        return self.report.exact_rule
+
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: the fields plus the report's measures, flattened."""
         r = self.report
@@ -93,9 +138,11 @@ class ParityResult:
             "shape": list(self.shape),
             "pass": self.passed,
             "max_abs_err": _finite_or_str(r.max_abs_err),
+            "max_rel_err": _finite_or_str(r.max_rel_err),
             "bound": _finite_or_str(r.bound),
             "torch_err": _finite_or_str(r.torch_err),
-            "max_ulp": int(r.max_ulp) if r.max_ulp < _compare.NAN_ULP else "nan",
+            "max_ulp": _finite_or_str(r.max_ulp),
+            "max_ulp_elementwise": int(r.max_ulp_elementwise) if r.max_ulp_elementwise < _compare.NAN_ULP else "nan",
             "frac_bitexact": r.frac_bitexact,
             "exact_rule": r.exact_rule,
             "note": self.note,
@@ -116,7 +163,8 @@ class ParityResult:
                    if r.ref64 else f"|jax - torch|, {rule}")
         nums = (
             f"max_abs_err={r.max_abs_err:.3g} ({against}), "
-            f"max_ulp={_compare.ulp_text(r.max_ulp)}, frac_bitexact={r.frac_bitexact:.4f} (both vs torch)"
+            f"max_ulp={_compare.ulp_text(r.max_ulp)} (at the row's scale; elementwise "
+            f"{_compare.ulp_text(r.max_ulp_elementwise)}), frac_bitexact={r.frac_bitexact:.4f} (all vs torch)"
         )
         return f"{head}: {nums}" + (f" -- {self.note}" if self.note else "")
 
@@ -130,7 +178,7 @@ class ParityError(AssertionError):
 
 
 def _finite_or_str(v: float) -> float | str:
-    return v if math.isfinite(v) else str(v)
+    return float(v) if math.isfinite(v) else str(v)
 
 
 # -- array plumbing -----------------------------------------------------------------------
@@ -187,7 +235,7 @@ def _labels(n: int) -> list[str]:
 
 def _failed_report(dtype: str, exact: bool) -> _compare.Report:
     inf = float("inf")
-    return _compare.Report(dtype, inf, inf, 0, 0.0, 0.0, exact, False)
+    return _compare.Report(dtype, inf, inf, 0.0, 0.0, 0.0, exact, False)
 
 
 # -- the engine -----------------------------------------------------------------------------
@@ -221,58 +269,25 @@ def _torch_grads(outs: Sequence[Any], cts: Sequence[Any], wrt: Sequence[Any], fl
     return [torch.zeros_like(w) if g is None else g for w, g in zip(wrt, got, strict=True)]
 
 
-def check_matches_torch(
+def _check_set(
     jax_fn: Callable[..., Any],
     torch_fn: Callable[..., Any],
     inputs: Sequence[Any] | Mapping[str, Any],
     *,
-    grad: bool = True,
-    reference: str = "torch",
-    exact: bool = False,
-    rtol: float | None = None,
-    atol: float | None = None,
-    grad_atol: float | None = None,
-    seed: int = 0,
-    name: str = "fn",
-    jit: bool = True,
+    grad: bool,
+    reference: str,
+    exact: bool,
+    rtol: float | None,
+    atol: float | None,
+    grad_atol: float | None,
+    seed: int,
+    name: str,
+    jit: bool,
 ) -> list[ParityResult]:
-    """Compare ``jax_fn`` with ``torch_fn`` on one set of concrete inputs; never raises on a mismatch.
-
-    Args:
-      jax_fn: called as ``jax_fn(*arrays)`` (sequence ``inputs``) or ``jax_fn(**arrays)``
-        (mapping ``inputs``) with ``jax.Array`` values; returns an array or a pytree of arrays.
-      torch_fn: called the same way with torch tensors; returns a tensor or a tuple/list/dict.
-      inputs: NumPy, JAX or torch arrays; their dtypes are kept as given.
-      grad: also compare the gradients w.r.t. every floating input (one random cotangent per
-        output, the same values on both sides).
-      reference: ``"torch"`` or ``"float64"`` (see the module docstring).
-      exact: apply the half-precision bit-exact rule to forward outputs in bfloat16 and
-        float16 (named conventions).
-      rtol, atol: override the dtype defaults of :mod:`jln._compare`.
-      grad_atol: a larger absolute floor for gradients only (e.g. the registry's
-        ``Op.grad_atol``, the rounding floor of an ill-conditioned backward).
-      seed: seeds the cotangents.
-      name: the label results carry.
-      jit: ``jax.jit`` the forward+backward function (compiled once for these shapes).
-
-    Returns:
-      one :class:`ParityResult` per output and, with ``grad``, one per floating input.
-
-    Raises:
-      ValueError: ``reference`` is not ``"torch"`` or ``"float64"``.
-      ImportError: torch is not installed.
-
-    Example:
-      >>> import numpy as np, torch, jln
-      >>> from jln.testing import check_matches_torch
-      >>> x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
-      >>> res = check_matches_torch(jln.rms_norm, lambda t: torch.nn.functional.rms_norm(t, t.shape[-1:]), [x])
-      >>> [(r.direction, r.output, r.passed) for r in res]
-      [('fwd', 'out', True), ('bwd', 'd arg0', True)]
-    """
+    """The engine of :func:`check_matches_torch`: one set of concrete inputs, as given."""
     if reference not in REFERENCES:
         raise ValueError(
-            f"check_matches_torch: `reference` must be one of {REFERENCES}; received {reference!r}."
+            f"{name}: `reference` must be one of {REFERENCES}; received {reference!r}."
         )
     torch = _torch()
     keys = list(inputs) if isinstance(inputs, Mapping) else None
@@ -480,6 +495,87 @@ def _raise_if_failed(results: list[ParityResult], reference: str, what: str) -> 
     return results
 
 
+def check_matches_torch(
+    jax_fn: Callable[..., Any],
+    torch_fn: Callable[..., Any],
+    *,
+    inputs: Sequence[Any] | Mapping[str, Any] | None = None,
+    shapes: Sequence[Sequence[int]] | Mapping[str, Sequence[int]] | None = None,
+    dtypes: Sequence[Any] | None = None,
+    grad: bool = True,
+    reference: str = "torch",
+    exact: bool = False,
+    rtol: float | None = None,
+    atol: float | None = None,
+    grad_atol: float | None = None,
+    seed: int = 0,
+    name: str | None = None,
+    jit: bool = True,
+) -> list[ParityResult]:
+    """Compare a JAX function with a torch function, forward and backward, across dtypes; never
+    raises on a mismatch (:func:`assert_matches_torch` takes the same arguments and raises).
+
+    Give either ``inputs`` (arrays of any framework; with ``dtypes`` their floating entries are
+    cast to each dtype, without they are used as they are) or ``shapes`` (random N(0, 1) inputs,
+    one per argument, in each of ``dtypes``). A sequence calls the functions positionally, a
+    mapping by keyword. Everything after the two functions is keyword-only.
+
+    Args:
+      jax_fn: the JAX side, taking ``jax.Array`` arguments; returns an array or a pytree.
+      torch_fn: the torch side, taking tensors, returning a tensor or a tuple/list/dict of them.
+      inputs: concrete arguments (exclusive with ``shapes``).
+      shapes: one shape per argument (exclusive with ``inputs``).
+      dtypes: floating dtypes to sweep; default float32, bfloat16, float16 (and float64 when
+        ``jax_enable_x64`` is on) with ``shapes``, the inputs' own dtypes with ``inputs``.
+      grad: also compare gradients w.r.t. every floating input with a shared random cotangent.
+      reference: ``"torch"`` (compare with torch directly, ``atol + rtol * max|torch|``) or
+        ``"float64"`` (jln's 2x-torch-error rule against torch evaluated in float64).
+      exact: forward outputs in bfloat16 and float16 must be bit-exact on >= 99.5% of
+        elements and at most 1 ulp off (bfloat16) or 2 (float16), elementwise.
+      rtol, atol: override the dtype defaults of the rule.
+      grad_atol: a larger absolute floor for gradients only (e.g. the rounding floor of an
+        ill-conditioned backward).
+      seed: seed of the random inputs and cotangents.
+      name: label used in results and messages (default: ``jax_fn``'s name).
+      jit: ``jax.jit`` the forward+backward function (compiled once per shape and dtype).
+
+    Returns:
+      one :class:`ParityResult` per output and dtype and, with ``grad``, one per floating
+      input and dtype; ``passed`` says whether each holds.
+
+    Raises:
+      TypeError/ValueError: bad arguments (both or neither of inputs/shapes, unknown dtype,
+        float64 without x64, unknown reference).
+      ImportError: torch is not installed.
+
+    Example:
+      >>> import numpy as np, torch, jln
+      >>> from jln.testing import check_matches_torch
+      >>> x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+      >>> res = check_matches_torch(jln.rms_norm, lambda t: torch.nn.functional.rms_norm(t, t.shape[-1:]),
+      ...                           inputs=[x])
+      >>> [(r.direction, r.output, r.passed) for r in res]
+      [('fwd', 'out', True), ('bwd', 'd arg0', True)]
+      >>> res[0].max_abs_err < 1e-5 and res[0].max_ulp <= 2
+      True
+    """
+    return _check_all(
+        jax_fn, torch_fn, "check_matches_torch", inputs=inputs, shapes=shapes, dtypes=dtypes, grad=grad,
+        reference=reference, exact=exact, rtol=rtol, atol=atol, grad_atol=grad_atol, seed=seed, name=name, jit=jit,
+    )
+
+
+def _check_all(jax_fn: Callable[..., Any], torch_fn: Callable[..., Any], what: str, *, inputs: Any, shapes: Any,
+               dtypes: Any, reference: str, seed: int, name: str | None, **kw: Any) -> list[ParityResult]:
+    label = str(name or getattr(jax_fn, "__name__", "fn"))
+    if reference not in REFERENCES:
+        raise ValueError(f"{what}: `reference` must be one of {REFERENCES}; received {reference!r}.")
+    results: list[ParityResult] = []
+    for _, ins in _input_sets(inputs, shapes, dtypes, seed, what):
+        results += _check_set(jax_fn, torch_fn, ins, reference=reference, seed=seed, name=label, **kw)
+    return results
+
+
 def assert_matches_torch(
     jax_fn: Callable[..., Any],
     torch_fn: Callable[..., Any],
@@ -492,31 +588,19 @@ def assert_matches_torch(
     exact: bool = False,
     rtol: float | None = None,
     atol: float | None = None,
+    grad_atol: float | None = None,
     seed: int = 0,
     name: str | None = None,
+    jit: bool = True,
 ) -> list[ParityResult]:
     """Assert that a JAX function matches a torch function, forward and backward, across dtypes.
 
-    Give either ``inputs`` (arrays of any framework; with ``dtypes`` their floating entries are
-    cast to each dtype, without they are used as they are) or ``shapes`` (random N(0, 1) inputs,
-    one per argument, in each of ``dtypes``). A sequence calls the functions positionally, a
-    mapping by keyword.
+    Takes exactly the arguments of :func:`check_matches_torch` (everything after the two
+    functions keyword-only) and raises where that returns a failed result.
 
     Args:
-      jax_fn: the JAX side, taking ``jax.Array`` arguments.
-      torch_fn: the torch side, taking tensors, returning a tensor or a tuple/list/dict of them.
-      inputs: concrete arguments (exclusive with ``shapes``).
-      shapes: one shape per argument (exclusive with ``inputs``).
-      dtypes: floating dtypes to sweep; default float32, bfloat16, float16 (and float64 when
-        ``jax_enable_x64`` is on).
-      grad: also compare gradients w.r.t. every floating input with a shared random cotangent.
-      reference: ``"torch"`` (compare with torch directly, ``atol + rtol * max|torch|``) or
-        ``"float64"`` (jln's 2x-torch-error rule against torch evaluated in float64).
-      exact: forward outputs in bfloat16 and float16 must be bit-exact on >= 99.5% of
-        elements and at most 1 ulp off (bfloat16) or 2 (float16).
-      rtol, atol: override the dtype defaults of the rule.
-      seed: seed of the random inputs and cotangents.
-      name: label used in messages (default: ``jax_fn``'s name).
+      jax_fn, torch_fn, inputs, shapes, dtypes, grad, reference, exact, rtol, atol, grad_atol,
+        seed, name, jit: as in :func:`check_matches_torch`.
 
     Returns:
       every :class:`ParityResult` (all passed).
@@ -537,14 +621,11 @@ def assert_matches_torch(
       >>> [(r.dtype, r.direction) for r in results]  # all passed, or ParityError was raised
       [('float32', 'fwd'), ('float32', 'bwd'), ('bfloat16', 'fwd'), ('bfloat16', 'bwd')]
     """
-    fn = "assert_matches_torch"
     label = str(name or getattr(jax_fn, "__name__", "fn"))
-    results: list[ParityResult] = []
-    for _, ins in _input_sets(inputs, shapes, dtypes, seed, fn):
-        results += check_matches_torch(
-            jax_fn, torch_fn, ins, grad=grad, reference=reference, exact=exact,
-            rtol=rtol, atol=atol, seed=seed, name=label,
-        )
+    results = _check_all(
+        jax_fn, torch_fn, "assert_matches_torch", inputs=inputs, shapes=shapes, dtypes=dtypes, grad=grad,
+        reference=reference, exact=exact, rtol=rtol, atol=atol, grad_atol=grad_atol, seed=seed, name=label, jit=jit,
+    )
     return _raise_if_failed(results, reference, label)
 
 
@@ -667,10 +748,15 @@ def assert_module_matches_torch(
     exact: bool = False,
     rtol: float | None = None,
     atol: float | None = None,
+    grad_atol: float | None = None,
     seed: int = 0,
     name: str | None = None,
+    jit: bool = True,
 ) -> list[ParityResult]:
     """Assert that a torch module and its jln conversion compute the same thing, forward and backward.
+
+    Takes exactly the arguments of :func:`check_module_matches_torch` and raises where that
+    returns a failed result.
 
     The torch module is copied and put in eval mode (dropout off); it is not modified. With
     ``dtypes``, both sides' floating parameters are cast to each dtype along with the inputs;
@@ -684,8 +770,9 @@ def assert_module_matches_torch(
       torch_module: a ``torch.nn.Module``.
       jln_module: a ``(linen_module, variables)`` pair or a ``flax.nnx`` Module; ``None``
         converts ``torch_module`` with ``jln.interop.from_torch``.
-      inputs, shapes, dtypes, grad, reference, exact, rtol, atol, seed: as in
-        :func:`assert_matches_torch` (``dtypes`` defaults to float32 here).
+      inputs, shapes, dtypes, grad, reference, exact, rtol, atol, grad_atol, seed, jit: as in
+        :func:`check_matches_torch` (``dtypes`` defaults to float32 here; ``grad_atol`` applies
+        to the input and parameter gradients).
       name: label in messages (default: the torch module's class name).
 
     Returns:
@@ -702,7 +789,23 @@ def assert_module_matches_torch(
       >>> [(r.output, r.direction, r.passed) for r in results]
       [('out', 'fwd', True), ('d arg0', 'bwd', True), ('d weight', 'bwd', True), ('d bias', 'bwd', True)]
     """
-    what = "assert_module_matches_torch"
+    label = name or type(torch_module).__name__
+    results = _module_results(
+        torch_module, jln_module, "assert_module_matches_torch", inputs=inputs, shapes=shapes, dtypes=dtypes,
+        grad=grad, reference=reference, exact=exact, rtol=rtol, atol=atol, grad_atol=grad_atol, seed=seed,
+        name=label, jit=jit,
+    )
+    return _raise_if_failed(results, reference, label)
+
+
+def _module_results(
+    torch_module: Any, jln_module: Any, what: str, *, inputs: Any, shapes: Any, dtypes: Any, grad: bool,
+    reference: str, exact: bool, rtol: float | None, atol: float | None, grad_atol: float | None, seed: int,
+    name: str | None, jit: bool,
+) -> list[ParityResult]:
+    """The comparisons of :func:`check_module_matches_torch` (``what`` names the caller in errors)."""
+    if reference not in REFERENCES:
+        raise ValueError(f"{what}: `reference` must be one of {REFERENCES}; received {reference!r}.")
     label = name or type(torch_module).__name__
     convert = jln_module is None
     if convert:
@@ -726,11 +829,49 @@ def assert_module_matches_torch(
             first = next(iter(list(a) + list(kw.values())))
             return (_m64 if first.dtype == torch.float64 else _m)(*a, **kw)
 
-        results += check_matches_torch(
+        results += _check_set(
             jfn, torch_fn, ins, grad=grad, reference=reference, exact=exact,
-            rtol=rtol, atol=atol, seed=seed, name=label,
+            rtol=rtol, atol=atol, grad_atol=grad_atol, seed=seed, name=label, jit=jit,
         )
         if grad:
-            results += _param_grads(jm, tmod, t64, ins, reference=reference, rtol=rtol, atol=atol,
+            g_atol = atol if grad_atol is None else max(grad_atol, atol or 0.0)
+            results += _param_grads(jm, tmod, t64, ins, reference=reference, rtol=rtol, atol=g_atol,
                                     seed=seed, name=label)
-    return _raise_if_failed(results, reference, label)
+    return results
+
+
+def check_module_matches_torch(
+    torch_module: Any,
+    jln_module: Any = None,
+    *,
+    inputs: Sequence[Any] | Mapping[str, Any] | None = None,
+    shapes: Sequence[Sequence[int]] | Mapping[str, Sequence[int]] | None = None,
+    dtypes: Sequence[Any] | None = None,
+    grad: bool = True,
+    reference: str = "torch",
+    exact: bool = False,
+    rtol: float | None = None,
+    atol: float | None = None,
+    grad_atol: float | None = None,
+    seed: int = 0,
+    name: str | None = None,
+    jit: bool = True,
+) -> list[ParityResult]:
+    """:func:`assert_module_matches_torch` without the raise: the same arguments, every result
+    returned (``passed`` says whether each holds).
+
+    Raises:
+      TypeError/ValueError: bad arguments, as :func:`assert_module_matches_torch`.
+
+    Example:
+      >>> import torch
+      >>> from jln.testing import check_module_matches_torch
+      >>> res = check_module_matches_torch(torch.nn.LayerNorm(32), shapes=[(4, 32)])
+      >>> all(r.passed for r in res), [r.output for r in res]
+      (True, ['out', 'd arg0', 'd weight', 'd bias'])
+    """
+    return _module_results(
+        torch_module, jln_module, "check_module_matches_torch", inputs=inputs, shapes=shapes, dtypes=dtypes,
+        grad=grad, reference=reference, exact=exact, rtol=rtol, atol=atol, grad_atol=grad_atol, seed=seed,
+        name=name, jit=jit,
+    )

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pathlib
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import jax
@@ -12,9 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jln import _bench, _bench_impls
 from jln.cli import bench as cli
 from jln.cli import main as jln_main
+from jln.cli._bench import harness as _bench
+from jln.cli._bench import impls as _bench_impls
 
 TINY = ["--widths", "256", "--rows", "64", "--reps", "2", "--warmup", "1", "--quiet"]
 RECORD_KEYS = {"impl", "op", "shape", "dtype", "direction", "median_us", "gbps", "pct_of_copy",
@@ -25,7 +29,7 @@ RECORD_KEYS = {"impl", "op", "shape", "dtype", "direction", "median_us", "gbps",
 def tiny_report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("bench")
     path = out / "r.json"
-    argv = ["--quick", *TINY, "--ops", "layer_norm,add_rms_norm", "--impls", "jln,jln-xla,jln-native,jln-pallas,flax,jnp,torch",
+    argv = ["--quick", *TINY, "--ops", "layer_norm,add_rms_norm[torch]", "--impls", "jln,jln-xla,jln-native,jln-pallas,flax,jnp,torch",
             "--json", str(path), "--plot", str(out / "r.png"), "--md", str(out / "r.md")]
     assert cli.main(argv) == 0
     report = json.loads(path.read_text())
@@ -56,7 +60,7 @@ def test_json_schema(tiny_report: dict) -> None:
     seen = {(r["impl"], r["op"], r["dtype"], r["direction"]) for r in results}
     for dtype in ("float32", "bfloat16"):
         assert ("copy", "copy", dtype, "fwd") in seen
-        for op in ("layer_norm", "add_rms_norm"):
+        for op in ("layer_norm", "add_rms_norm[torch]"):
             for impl in ("jln", "jln-xla", "jln-native", "flax", "jnp"):
                 for direction in ("fwd", "fwd+bwd"):
                     assert (impl, op, dtype, direction) in seen
@@ -379,7 +383,7 @@ def test_eager_suite_runs(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "eager.md"
     assert mod.main([str(out), "--widths", "128", "--dtypes", "bfloat16", "--elements", "4096", "--reps", "2"]) == 0
     rows = [line.split(" | ") for line in out.read_text().splitlines() if line.startswith("| ") and "×" in line]
-    assert [r[0] for r in rows] == ["| layer_norm", "| add_layer_norm", "| rms_norm"]
+    assert [r[0] for r in rows] == ["| layer_norm", "| add_layer_norm", "| rms_norm[torch]"]
     for r in rows:
         assert r[1] == "32×128" and r[2] == "bfloat16"
         eager, op_by_op, jit, torch_eager = (float(v) for v in r[4:8])
@@ -580,3 +584,71 @@ def test_quick_config() -> None:
     if jax.default_backend() == "cpu":
         assert "jln-pallas" not in cfg.impls
     assert cli.config_from_args(cli._parser().parse_args(["--quick", "--torch-threads", "2"])).torch_threads == 2
+
+
+def test_import_jln_does_not_load_the_bench() -> None:
+    # the benchmark machinery lives under the console command; a program that normalizes
+    # never loads it (nor the CLI at all)
+    code = (
+        "import sys, jax.numpy as jnp, jln\n"
+        "jln.layer_norm(jnp.ones((2, 8)), eps=1e-6).block_until_ready()\n"
+        "jln.rms_norm(jnp.ones((2, 8))).block_until_ready()\n"
+        "bad = sorted(m for m in sys.modules if m == 'jln.cli' or m.startswith('jln.cli.'))\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env={**os.environ, "JLN_NATIVE": "0"})
+
+
+def test_op_names_are_the_registrys_and_parity_s() -> None:
+    from jln import _registry
+
+    # one spelling everywhere: jln bench takes every registry op under its registry name
+    assert set(_bench_impls.OPS) == {op.name for op in _registry.OPS}
+    assert set(_bench_impls.DEFAULT_OPS) <= set(_bench_impls.OPS)
+    parse = cli._parser().parse_args
+    assert parse(["--ops", "rms_norm[llama]"]).ops == ("rms_norm[llama]",)
+    fam = parse(["--ops", "adaptive_layer_norm"]).ops  # a family selects its variants, as in parity
+    assert fam == ("adaptive_layer_norm[seed]", "adaptive_layer_norm[dit]", "adaptive_layer_norm[continuous]")
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["--ops", "rms_norm_llama"], "Did you mean 'rms_norm[llama]'"),
+    (["--impls", "torch_compile"], "Did you mean 'torch-compile'"),
+])
+def test_unknown_names_get_a_did_you_mean(argv: list[str], hint: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 2
+    assert hint in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("op", _bench_impls.OPS)
+def test_every_op_runs_in_jln_and_its_baselines_agree(op: str) -> None:
+    # each op's jln function and every baseline that provides it compute the same thing on
+    # the harness's inputs (float32, tight tolerance): the bench compares like with like
+    torch = pytest.importorskip("torch")
+    data = _bench.make_data(16, 64, jnp.float32, 1)
+    p, _ = _bench.op_inputs(op, data, 0)
+    with _bench.standard_promotion():
+        ref = [np.asarray(o) for o in _bench_impls.jax_op("jln-xla" if op != "modulate" else "jln", op)(p)]
+        others = []
+        for impl in ("flax", "jnp"):
+            try:
+                others.append((impl, _bench_impls.jax_op(impl, op)(p)))
+            except _bench_impls.Skip:
+                pass
+    tp = {k: torch.from_numpy(np.array(v)) for k, v in p.items()}
+    others.append(("torch", _bench_impls.torch_op(op)(tp)))
+    assert len(others) >= 1
+    for impl, outs in others:
+        assert len(outs) == len(ref), impl
+        for o, r in zip(outs, ref, strict=True):
+            o = o.detach().numpy() if hasattr(o, "detach") else np.asarray(o)
+            np.testing.assert_allclose(o, r, rtol=2e-5, atol=2e-5, err_msg=f"{impl} {op}")
+
+
+def test_tables_go_to_stdout_also_with_output_files(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "r.json"
+    assert cli.main([*TINY, "--ops", "layer_norm", "--impls", "jln-xla", "--dtypes", "float32",
+                     "--directions", "fwd", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "| layer_norm | float32 | fwd |" in out or "layer_norm, median" in out, out
+    assert f"wrote {path}" in out

@@ -319,7 +319,7 @@ def test_kernel_path_saves_x_and_row_statistics():
     # reverse mode through the tangent primitive keeps what the XLA path keeps: x (s with a
     # fused add) in its dtype, the parameters and per-row float32 statistics; no other
     # x-sized array
-    from jln import _residuals
+    from . import _residuals
 
     x, w, b, _ = _data((4, 8, 40), BF16)
     for fn in (lambda x, r, w, b: jln.layer_norm(x, w, b, impl="pallas"),

@@ -547,7 +547,7 @@ def test_transforms_match_xla_path(name: str) -> None:
 
 def test_residuals_are_x_and_row_statistics() -> None:
     # reverse mode keeps x (own dtype), per-row statistics and the parameters: 2 B/elem for bf16
-    from jln import _residuals
+    from . import _residuals
 
     x = jnp.ones((64, 256), jnp.bfloat16)
     w = jnp.ones((256,), jnp.bfloat16)

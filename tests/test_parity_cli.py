@@ -234,3 +234,22 @@ def test_empty_selection_is_a_usage_error(flag: str, capsys: pytest.CaptureFixtu
     code, _, err = run(capsys, flag, "", "--no-progress")
     assert code == 2
     assert "selects nothing" in err and flag in err
+
+
+def test_unknown_op_gets_a_did_you_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "--ops", "rms_norm_llama", "--no-progress")
+    assert code == 2 and "Did you mean 'rms_norm[llama]'" in err, err
+
+
+def test_max_ulp_is_at_the_row_scale_and_the_elementwise_figure_is_kept(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "p.json"
+    code, out, _ = run(capsys, "--ops", "layer_norm", "--dtypes", "f32", "--shapes", "3x3000", "--no-progress",
+                       "--no-modules", "--json", str(path))
+    assert code == 0, out
+    rows = json.loads(path.read_text())["results"]
+    # float32 layer_norm over 3000 features: at the row's scale a few ulps; elementwise, the
+    # elements near zero count far more of their own (tiny) ulps
+    assert rows and all(isinstance(r["max_ulp"], float) and r["max_ulp"] < 64 for r in rows), rows
+    assert all(r["max_ulp_elementwise"] >= r["max_ulp"] // 2 for r in rows)
+    assert "max_ulp_elementwise" in parity.LEGEND and "row's largest |torch|" in parity.LEGEND

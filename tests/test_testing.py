@@ -15,6 +15,7 @@ from jln.testing import (  # noqa: E402
     assert_matches_torch,
     assert_module_matches_torch,
     check_matches_torch,
+    check_module_matches_torch,
 )
 
 F = torch.nn.functional
@@ -88,7 +89,7 @@ def test_rms_norm_llama_matches_transformers_bit_exact_in_bf16() -> None:
         inputs=[x, w], dtypes=("float32", "bfloat16", "float16"), exact=True,
     )
     bf16 = [r for r in res if r.dtype == "bfloat16" and r.direction == "fwd"]
-    assert bf16 and bf16[0].report.exact_rule and bf16[0].report.max_ulp <= 1
+    assert bf16 and bf16[0].exact_rule and bf16[0].max_ulp_elementwise <= 1 and bf16[0].max_ulp <= 1
 
 
 def test_convention_swap_is_caught_in_bf16() -> None:
@@ -107,7 +108,7 @@ def test_one_ulp_off_is_caught_by_the_exact_rule() -> None:
         y = jln.rms_norm(x, convention="llama", eps=1e-6)
         return jnp.nextafter(y, jnp.asarray(jnp.inf, y.dtype))
 
-    with pytest.raises(ParityError, match="max_ulp=1"):
+    with pytest.raises(ParityError, match="elementwise 1\\)"):
         assert_matches_torch(off, lambda x: _llama_fn(_llama(16))(x, torch.ones(16, dtype=x.dtype)),
                              shapes=[(4, 16)], dtypes=("bfloat16",), exact=True, grad=False)
 
@@ -149,7 +150,7 @@ def test_argument_errors() -> None:
     with pytest.raises(TypeError, match="exactly one of `inputs`"):
         assert_matches_torch(jnp.sin, torch.sin, inputs=[np.zeros(3, np.float32)], shapes=[(3,)])
     with pytest.raises(ValueError, match="reference"):
-        check_matches_torch(jnp.sin, torch.sin, [np.zeros(3, np.float32)], reference="exact")
+        check_matches_torch(jnp.sin, torch.sin, inputs=[np.zeros(3, np.float32)], reference="exact")
     with pytest.raises(TypeError, match="floating"):
         assert_matches_torch(jnp.sin, torch.sin, shapes=[(3,)], dtypes=("int32",))
     with pytest.raises(TypeError, match=r"one shape \(a tuple of sizes\) per argument.*\[16\]"):
@@ -283,3 +284,45 @@ def test_failure_message_names_what_the_error_is_against(reference: str) -> None
         assert "|jax - torch|" in msg and "own error" not in msg and "float64" not in msg, msg
     else:
         assert "vs the float64 reference" in msg and "torch's own error against it" in msg, msg
+
+
+def test_check_and_assert_take_the_same_arguments() -> None:
+    import inspect
+
+    for check, assert_ in ((check_matches_torch, assert_matches_torch),
+                           (check_module_matches_torch, assert_module_matches_torch)):
+        a, b = inspect.signature(check).parameters, inspect.signature(assert_).parameters
+        assert list(a) == list(b), (check.__name__, list(a), list(b))
+        assert all(a[k].kind == b[k].kind and a[k].default == b[k].default for k in a)
+        # keyword-only after the functions (or the modules)
+        assert [k for k, v in a.items() if v.kind is not inspect.Parameter.KEYWORD_ONLY] == list(a)[:2]
+
+
+def test_check_sweeps_shapes_and_dtypes_and_does_not_raise() -> None:
+    res = check_matches_torch(lambda x: jln.layer_norm(x, eps=1e-1), lambda x: F.layer_norm(x, x.shape[-1:], eps=1e-5),
+                              shapes=[(3, 16)], dtypes=("float32", "bfloat16"), grad=False)
+    assert [(r.dtype, r.passed) for r in res] == [("float32", False), ("bfloat16", False)]
+    res = check_module_matches_torch(torch.nn.LayerNorm(8), shapes=[(2, 8)])
+    assert res and all(r.passed for r in res)
+    with pytest.raises(TypeError):
+        check_matches_torch(jnp.sin, torch.sin, [np.zeros(3, np.float32)])  # type: ignore[misc]
+
+
+def test_parity_result_measures_are_public_properties() -> None:
+    # one element near zero, one large, in one row: jax differs from torch by 1e-6 at the small one
+    x = np.array([[1e-30, 3.0]], np.float32)
+    ref = np.sin(x.astype(np.float64))
+    (r,) = check_matches_torch(lambda a: jnp.sin(a) + jnp.array([[1e-6, 0.0]], jnp.float32), torch.sin,
+                               inputs=[x], grad=False)
+    got = np.sin(x) + np.array([1e-6, 0.0], np.float32)
+    assert r.max_abs_err == pytest.approx(float(np.max(np.abs(got.astype(np.float64) - np.sin(x).astype(np.float64)))))
+    assert r.max_rel_err == pytest.approx(r.max_abs_err / float(np.max(np.abs(np.sin(x)))))
+    assert r.max_rel_err == pytest.approx(1e-6 / ref[0, 1], rel=1e-3)
+    # elementwise, 1e-6 against 1e-30 is ~1e9 float32 ulps; at the row's scale (sin 3 = 0.14,
+    # whose float32 ulp is 2**-26) it is 1e-6 / 2**-26 = 67 ulps
+    assert r.max_ulp_elementwise > 10**8
+    assert r.max_ulp == pytest.approx(1e-6 / 2.0**-26, rel=1e-3)
+    assert r.frac_bitexact == 0.5 and r.torch_err == 0.0 and r.bound > 0 and not r.exact_rule
+    d = r.as_dict()
+    assert d["max_ulp"] == pytest.approx(r.max_ulp) and d["max_ulp_elementwise"] == r.max_ulp_elementwise
+    assert d["max_rel_err"] == pytest.approx(r.max_rel_err)

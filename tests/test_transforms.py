@@ -10,7 +10,8 @@ import pytest
 from jax.test_util import check_grads
 
 import jln
-from jln._residuals import residual_bytes_per_element, saved_residuals
+
+from ._residuals import residual_bytes_per_element, saved_residuals
 
 M, N = 64, 512
 

@@ -18,7 +18,11 @@ from jln._contract import NormSpec
 
 Array = jax.Array
 
-#: Convention name -> (aliases, eps default). ``None`` eps means torch's finfo rule.
+#: Convention name -> (aliases, eps default). ``None`` eps means torch's finfo rule. Aliases
+#: name the libraries and models whose RMSNorm a convention reproduces: ``"qwen2"`` and
+#: ``"mistral"`` compute as ``"llama"``; ``"x-transformers"`` is ``"seed"`` (x-transformers'
+#: 2021 RMSNorm, ``x / max(||x||_2 * n**-0.5, eps) * w``, which the seed model uses). The
+#: table of what each computes is :func:`jln.rms_norm`'s docstring.
 CONVENTIONS: dict[str, tuple[tuple[str, ...], float | None]] = {
     "torch": ((), None),
     "llama": (("qwen2", "mistral"), 1e-6),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
+from collections.abc import Iterable
 
 _SUBCOMMANDS = {
     "parity": ("jln.cli.parity", "check jln's norms against torch, forward and backward"),
@@ -16,6 +18,25 @@ _SUBCOMMANDS = {
 #: Short dtype names the console commands accept beside the full ones (``--dtypes bf16``).
 DTYPE_ALIASES = {"f32": "float32", "fp32": "float32", "f64": "float64", "fp64": "float64",
                  "bf16": "bfloat16", "f16": "float16", "fp16": "float16", "half": "float16"}
+
+
+def did_you_mean(given: str, valid: Iterable[str]) -> str:
+    """`` Did you mean 'x'?`` for the closest of ``valid`` to an unknown ``given`` (``""`` when
+    none is close), so both console commands answer a misspelt name alike.
+
+    Example: ``did_you_mean("rms_norm_llama", ["rms_norm[llama]", "layer_norm"])`` is
+    ``" Did you mean 'rms_norm[llama]'?"``.
+    """
+    valid = list(valid)
+    # compare without the brackets and separators people spell differently (rms_norm_llama)
+    def key(name: str) -> str:
+        return "".join(ch for ch in name.lower() if ch.isalnum())
+
+    keyed = {key(v): v for v in valid}
+    close = difflib.get_close_matches(key(given), list(keyed), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return " Did you mean " + " or ".join(repr(keyed[c]) for c in close) + "?"
 
 
 def output_path_problem(path: str | None, flag: str) -> str | None:
@@ -48,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args else 2
     name, rest = args[0], args[1:]
     if name not in _SUBCOMMANDS:
-        print(f"jln: unknown command {name!r}; expected one of {sorted(_SUBCOMMANDS)}.\n", file=sys.stderr)
+        print(f"jln: unknown command {name!r};{did_you_mean(name, _SUBCOMMANDS)} Expected one of "
+              f"{sorted(_SUBCOMMANDS)}.\n", file=sys.stderr)
         print(_usage(), file=sys.stderr)
         return 2
     module = importlib.import_module(_SUBCOMMANDS[name][0])

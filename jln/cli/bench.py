@@ -1,7 +1,7 @@
 """``jln bench``: jit-benchmark jln's norms against flax, jnp, tokamax, torch and the copy floor.
 
 The machinery (data, timing, byte counts, residual sizes, the report) lives in
-``jln._bench``; the implementations compared live in ``jln._bench_impls``.
+``jln.cli._bench.harness``; the implementations compared live in ``jln.cli._bench.impls``.
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from jln import _bench, _bench_impls
-from jln.cli import DTYPE_ALIASES, output_path_problem
+from jln.cli import DTYPE_ALIASES, did_you_mean, output_path_problem
+from jln.cli._bench import harness as _bench
+from jln.cli._bench import impls as _bench_impls
 
 #: ``--quick``: a CPU-friendly subset (well under 2 minutes on 2 cores). torch runs one thread
 #: (as the committed CPU results do), and implementations that skip every case on the current
 #: backend (jln-pallas off a GPU or TPU) are left out (:func:`config_from_args`).
 QUICK = dict(
-    ops=("layer_norm", "rms_norm", "add_layer_norm"),
+    ops=("layer_norm", "rms_norm[torch]", "add_layer_norm"),
     impls=("jln", "jln-xla", "jln-pallas", "flax", "flax-2pass", "jnp", "tokamax", "torch"),
     widths=(1024, 4096),
     elements=1 << 19,
@@ -44,17 +45,28 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _choices(kind: str, allowed: Sequence[str], aliases: dict[str, str] | None = None) -> Any:
+def _choices(kind: str, allowed: Sequence[str], aliases: dict[str, str] | None = None,
+             groups: dict[str, str] | None = None) -> Any:
+    """A parser of a comma list from ``allowed`` (or ``all``); ``aliases`` rename items, and a
+    value of ``groups`` (a family name such as ``rms_norm``) selects every item it maps from."""
+
     def parse(text: str) -> tuple[str, ...]:
-        items = tuple((aliases or {}).get(t.strip(), t.strip()) for t in text.split(",") if t.strip())
-        if items == ("all",):
+        items = [(aliases or {}).get(t.strip(), t.strip()) for t in text.split(",") if t.strip()]
+        if items == ["all"]:
             return tuple(allowed)
-        bad = [t for t in items if t not in allowed]
-        if bad or not items:
-            raise argparse.ArgumentTypeError(
-                f"unknown {kind} {bad or text!r}; expected a comma-separated list from {list(allowed)} (or 'all')"
-            )
-        return items
+        out: list[str] = []
+        for t in items:
+            hit = [a for a in allowed if a == t or (groups or {}).get(a) == t]
+            if not hit:
+                raise argparse.ArgumentTypeError(
+                    f"unknown {kind} {t!r};{did_you_mean(t, allowed)} Expected a comma-separated list "
+                    f"from {list(allowed)} (or 'all')"
+                )
+            out += [a for a in hit if a not in out]
+        if not out:
+            raise argparse.ArgumentTypeError(f"{text!r} names no {kind}; expected a comma-separated list from "
+                                             f"{list(allowed)} (or 'all')")
+        return tuple(out)
 
     return parse
 
@@ -111,7 +123,10 @@ def _parser() -> _Parser:
     )
     p.add_argument("--quick", action="store_true", help="a CPU-friendly subset (< 2 minutes on 2 cores; torch "
                    "on 1 thread unless --torch-threads; without the impls this backend always skips)")
-    p.add_argument("--ops", type=_choices("op", _bench_impls.OPS), help=f"comma list from {','.join(_bench_impls.OPS)}")
+    p.add_argument("--ops", type=_choices("op", _bench_impls.OPS, groups=_bench_impls.FAMILIES),
+                   help=f"comma list from {','.join(_bench_impls.OPS)} (as `jln parity --list` spells them; "
+                   "a family name such as rms_norm selects all its conventions; default "
+                   f"{','.join(_bench_impls.DEFAULT_OPS)})")
     p.add_argument("--impls", type=_choices("impl", _bench_impls.IMPLS), help=f"comma list from {','.join(_bench_impls.IMPLS)}")
     p.add_argument("--dtypes", type=_choices("dtype", _bench.DTYPES, DTYPE_ALIASES),
                    help="comma list from float32,bfloat16,float16 (aliases f32,bf16,f16; default float32,bfloat16)")
@@ -274,17 +289,25 @@ def recorded_command(argv: Sequence[str]) -> str:
 
 
 def _write(report: dict[str, Any], args: argparse.Namespace, command: str | None) -> None:
+    """Write the files asked for, and always print the summary tables to stdout (followed by the
+    files written, if any)."""
+    text = _bench.markdown(report, title=_title(report, args), command=command, headline=_headline(args))
+    written = []
     if args.json and not args.from_json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
             f.write("\n")
+        written.append(args.json)
     if args.md:
         with open(args.md, "w") as f:
-            f.write(_bench.markdown(report, title=_title(report, args), command=command, headline=_headline(args)))
+            f.write(text)
+        written.append(args.md)
     if args.plot:
         _bench.plot(report, args.plot)
-    if not (args.json or args.md or args.plot):
-        print(_bench.markdown(report, title=_title(report, args), command=command, headline=_headline(args)))
+        written.append(args.plot)
+    print(text)
+    if written:
+        print("jln bench: wrote " + ", ".join(written))
 
 
 def _headline(args: argparse.Namespace) -> tuple[str, ...]:

@@ -5,7 +5,7 @@ Sweeps the op registry (``jln._registry``) over dtypes and shapes, and the torch
 to jln's parity rule against torch evaluated in float64 (``jln._compare``):
 ``max|jln - ref64| <= 2 * max|torch - ref64| + atol(dtype)``; named RMSNorm conventions in
 bfloat16 and float16 must also be bit-exact on >= 99.5% of elements and never more than 1 ulp
-(bfloat16) or 2 ulp (float16) off.
+(bfloat16) or 2 ulp (float16) off, elementwise.
 
 Exit status: 0 when everything passes, 1 when anything fails, 2 for a usage error or when
 torch is missing.
@@ -33,7 +33,7 @@ import numpy as np
 from jln import _registry
 from jln._compare import ulp_text
 from jln._platform import IMPLS
-from jln.cli import DTYPE_ALIASES, output_path_problem
+from jln.cli import DTYPE_ALIASES, did_you_mean, output_path_problem
 from jln.testing import ParityResult, _failed_report, _jax_module, _param_grads, check_matches_torch
 
 Shape = tuple[int, ...]
@@ -98,7 +98,7 @@ def _op_case(op: _registry.Op, dtype: str, shape: Shape, k: int, variant: str = 
                 raise
 
         return check_matches_torch(
-            jax_fn, lambda **t: op.call_torch(t, k), inputs,
+            jax_fn, lambda **t: op.call_torch(t, k), inputs=inputs,
             reference="float64", exact=op.exact, name=op.name, grad_atol=op.grad_atol(inputs, k),
         )
 
@@ -272,7 +272,7 @@ def _module_case(spec: ModuleSpec, dtype: str, full: bool) -> Case:
 
         rng = np.random.default_rng(1)
         inputs = [_registry._cast(rng.standard_normal(s), dtype) for s in spec.input_shapes]
-        results = check_matches_torch(jm.fn(), torch_fn, inputs, reference="float64", name=spec.name)
+        results = check_matches_torch(jm.fn(), torch_fn, inputs=inputs, reference="float64", name=spec.name)
         # and the gradients w.r.t. the parameters, under torch's names
         return results + _param_grads(jm, tmod, t64, inputs, reference="float64", rtol=None, atol=None, seed=0,
                                       name=spec.name, torch_call=spec.call)
@@ -355,8 +355,10 @@ LEGEND = (
     "max_abs_err    max |jln - reference|, the reference being torch's function evaluated in float64\n"
     "bound          what max_abs_err may reach: 2 x torch's own error against that reference + a small\n"
     "               atol ('exact': the half-precision bit-exact rule applies instead)\n"
-    "max_ulp        jln vs torch in the same dtype: the largest distance in units in the last place\n"
-    "               ('nan' where a NaN meets a number)\n"
+    "max_ulp        jln vs torch in the same dtype: max |jln - torch| in units in the last place of the\n"
+    "               row's largest |torch| (a row: the last axis), so a near-zero element's error counts\n"
+    "               at the scale of its row ('nan' where a NaN meets a number). Each element in its own\n"
+    "               ulps, the bit-exact rule's measure, is max_ulp_elementwise in the --json output\n"
     "frac_bitexact  jln vs torch in the same dtype: the share of bit-identical elements\n"
     "skip           the reason is in the last column"
 )
@@ -396,7 +398,9 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="jln parity",
         description="Check jln's norms against torch (forward and backward) on this machine.",
-        epilog="Exit status: 0 all pass, 1 some fail, 2 usage error or torch missing.",
+        epilog="The table's max_ulp is measured in ulps of each row's largest |torch| value; --json also "
+               "holds max_ulp_elementwise (each element in its own ulps) and max_rel_err. "
+               "Exit status: 0 all pass, 1 some fail, 2 usage error or torch missing.",
     )
     p.add_argument("--ops", help="comma-separated op names or globs (see --list); a family name "
                    "such as rms_norm selects all its conventions, 'module*' the module cases")
@@ -434,7 +438,8 @@ def _select(patterns: list[str], names: list[str], families: dict[str, str], wha
     for pat in patterns:
         hit = [n for n in names if fnmatch.fnmatchcase(n, _glob(pat)) or fnmatch.fnmatchcase(families.get(n, ""), pat)]
         if not hit:
-            raise _UsageError(f"jln parity: unknown {what} {pat!r}; valid {what}s:\n  " + "\n  ".join(names))
+            raise _UsageError(f"jln parity: unknown {what} {pat!r};{did_you_mean(pat, names)} Valid {what}s:\n  "
+                              + "\n  ".join(names))
         chosen += [n for n in hit if n not in chosen]
     return [n for n in names if n in chosen]
 

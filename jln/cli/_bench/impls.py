@@ -19,16 +19,16 @@ import jax
 import jax.numpy as jnp
 
 import jln
+from jln import _reference, _registry
 
-#: Ops the bench knows, in display order.
-OPS = (
-    "layer_norm",
-    "rms_norm",
-    "rms_norm_llama",
-    "add_layer_norm",
-    "add_rms_norm",
-    "adaptive_layer_norm",
-)
+#: Ops the bench knows, in display order: every op and convention of jln's registry
+#: (``jln._registry``), spelled as ``jln parity`` spells them (``rms_norm[llama]``).
+OPS = tuple(op.name for op in _registry.OPS)
+#: Ops a sweep times when ``--ops`` is not given (one per family, two RMSNorm conventions).
+DEFAULT_OPS = ("layer_norm", "rms_norm[torch]", "rms_norm[llama]", "add_layer_norm", "add_rms_norm[torch]",
+               "adaptive_layer_norm[dit]")
+#: Family of each op (``rms_norm[llama]`` -> ``rms_norm``): ``--ops rms_norm`` selects them all.
+FAMILIES = {op.name: op.family for op in _registry.OPS}
 
 #: Implementations, in display order. ``jln`` is jln's public ops as users call them
 #: (``impl="auto"``); ``jln-*`` force one path with ``impl=``.
@@ -38,8 +38,39 @@ TORCH_IMPLS = ("torch", "torch-compile")
 
 #: eps used by every implementation (torch's LayerNorm default), so all do the same arithmetic.
 EPS = 1e-5
-#: Ops that also take and return the residual stream.
+#: Families that also take and return the residual stream.
 FUSED_ADD = ("add_layer_norm", "add_rms_norm")
+#: Most chunks an op's condition ``emb`` holds (DiT's adaLN-Zero: 6).
+MAX_CHUNKS = 6
+
+
+def family(op: str) -> str:
+    """The family of ``op`` (a registry name, or a family name itself)."""
+    return FAMILIES.get(op, op.partition("[")[0])
+
+
+def _op(op: str) -> _registry.Op:
+    if op not in _registry.BY_NAME:
+        raise ValueError(f"unknown op {op!r}; expected one of {OPS}")
+    return _registry.BY_NAME[op]
+
+
+def _eps(op: _registry.Op) -> float:
+    """The op's eps in every implementation: its registry eps, else :data:`EPS`."""
+    return float(op.options.get("eps") or EPS)
+
+
+def _convention(op: _registry.Op) -> str:
+    return str(op.options.get("convention", "torch"))
+
+
+def chunks(op: str) -> int:
+    """How many ``[B, D]`` chunks ``op``'s condition ``emb`` holds (0 without one)."""
+    return _op(op).chunks
+
+
+def _order(op: _registry.Op) -> tuple[str, ...]:
+    return jln.ORDERS[op.options["order"]]
 
 
 class Skip(Exception):
@@ -53,17 +84,9 @@ def adaptive_batch(rows: int) -> int:
 
 def array_names(op: str) -> tuple[str, ...]:
     """Names of the (differentiable) inputs ``op`` takes, besides the cotangents."""
-    if op in ("layer_norm",):
-        return ("x", "scale", "bias")
-    if op in ("rms_norm", "rms_norm_llama"):
-        return ("x", "scale")
-    if op == "add_layer_norm":
-        return ("x", "residual", "scale", "bias")
-    if op == "add_rms_norm":
-        return ("x", "residual", "scale")
-    if op == "adaptive_layer_norm":
-        return ("x", "emb")
-    raise ValueError(f"unknown op {op!r}; expected one of {OPS}")
+    o = _op(op)
+    return ("x", *(["residual"] if "residual" in o.extra else []), *o.params,
+            *(n for n in ("emb", "shift", "scale_c") if n in o.extra))
 
 
 # --------------------------------------------------------------------------------------------
@@ -72,43 +95,49 @@ def array_names(op: str) -> tuple[str, ...]:
 
 
 def _jln(op: str, impl: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
-    if op == "layer_norm":
-        return lambda p: (jln.layer_norm(p["x"], p["scale"], p["bias"], eps=EPS, impl=impl),)
-    if op == "rms_norm":
-        return lambda p: (jln.rms_norm(p["x"], p["scale"], eps=EPS, impl=impl),)
-    if op == "rms_norm_llama":
-        return lambda p: (jln.rms_norm(p["x"], p["scale"], eps=EPS, convention="llama", impl=impl),)
-    if op == "add_layer_norm":
-        return lambda p: jln.add_layer_norm(p["x"], p["residual"], p["scale"], p["bias"], eps=EPS, impl=impl)
-    if op == "add_rms_norm":
-        return lambda p: jln.add_rms_norm(p["x"], p["residual"], p["scale"], eps=EPS, impl=impl)
-    if op == "adaptive_layer_norm":
-        return lambda p: (jln.adaptive_layer_norm(p["x"], p["emb"], order="dit_final", eps=EPS, impl=impl)[0],)
-    raise ValueError(op)
+    o = _op(op)
+    if o.family == "modulate":
+        if impl != "auto":
+            raise Skip("jln.modulate has one path (no impl= to choose); `jln` times it")
+        return lambda p: o.call_jln(p, 1)
+    eps = _eps(o)
+    return lambda p: o.call_jln(p, 1, impl=impl, eps=eps)
 
 
 def _flax(op: str, two_pass: bool) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
     import flax.linen as nn
 
-    if op in ("rms_norm", "rms_norm_llama", "add_rms_norm") and two_pass:
+    o = _op(op)
+    eps = _eps(o)
+    if o.family in ("rms_norm", "add_rms_norm") and two_pass:
         raise Skip("flax RMSNorm has no mean to subtract, so no two-pass variant")
+    if o.family in ("rms_norm", "add_rms_norm") and _convention(o) not in ("torch", "llama"):
+        raise Skip(f"flax.linen has no {_convention(o)} RMSNorm convention")
+    if o.family == "modulate":
+        raise Skip("flax.linen has no modulate")
     fast = not two_pass
 
     def ln(x: Any, scale: Any, bias: Any) -> Any:
-        m = nn.LayerNorm(epsilon=EPS, use_fast_variance=fast, use_scale=scale is not None,
+        m = nn.LayerNorm(epsilon=eps, use_fast_variance=fast, use_scale=scale is not None,
                          use_bias=bias is not None, param_dtype=x.dtype)
         params = {k: v for k, v in (("scale", scale), ("bias", bias)) if v is not None}
         return m.apply({"params": params}, x)
 
     def rms(x: Any, scale: Any) -> Any:
-        return nn.RMSNorm(epsilon=EPS, param_dtype=x.dtype).apply({"params": {"scale": scale}}, x)
+        return nn.RMSNorm(epsilon=eps, param_dtype=x.dtype).apply({"params": {"scale": scale}}, x)
 
-    return _compose(op, ln, rms, rms)
+    return _compose(o, ln, rms)
 
 
 def _jnp(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
     # The textbook version a user would write: float32 statistics, two passes, one cast back.
     # (Parameters are broadcast explicitly, so it also runs under strict rank promotion.)
+    o = _op(op)
+    eps = _eps(o)
+    conv = _convention(o)
+    if o.family in ("rms_norm", "add_rms_norm") and conv not in ("torch", "llama"):
+        raise Skip(f"no textbook jnp version of the {conv} convention (torch times its reference)")
+
     def row(p: Any, x: Any, dtype: Any) -> Any:
         return p.astype(dtype).reshape((1,) * (x.ndim - 1) + p.shape)
 
@@ -116,44 +145,58 @@ def _jnp(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
         x32 = x.astype(jnp.float32)
         mu = x32.mean(-1, keepdims=True)
         var = jnp.square(x32 - mu).mean(-1, keepdims=True)
-        y = (x32 - mu) * jax.lax.rsqrt(var + EPS)
+        y = (x32 - mu) * jax.lax.rsqrt(var + eps)
         if scale is not None:
-            y = y * row(scale, x, jnp.float32) + row(bias, x, jnp.float32)
+            y = y * row(scale, x, jnp.float32)
+        if bias is not None:
+            y = y + row(bias, x, jnp.float32)
         return y.astype(x.dtype)
 
-    def rms(x: Any, scale: Any, llama: bool = False) -> Any:
+    def rms(x: Any, scale: Any) -> Any:
         x32 = x.astype(jnp.float32)
-        h = x32 * jax.lax.rsqrt(jnp.square(x32).mean(-1, keepdims=True) + EPS)
-        if llama:
+        h = x32 * jax.lax.rsqrt(jnp.square(x32).mean(-1, keepdims=True) + eps)
+        if conv == "llama":
             return row(scale, x, scale.dtype) * h.astype(x.dtype)
         return (h * row(scale, x, jnp.float32)).astype(x.dtype)
 
-    return _compose(op, ln, rms, lambda x, scale: rms(x, scale, llama=True))
+    return _compose(o, ln, rms)
+
+
+def _modulate(y: Any, shift: Any, scale: Any) -> Any:
+    """``y * (1 + scale) + shift`` with per-example ``[B, D]`` conditions (jnp or torch)."""
+    return y * (1 + scale[:, None]) + shift[:, None]
+
+
+def _ada_chunks(o: _registry.Op, emb: Any, split: Callable[[Any, int], Any]) -> tuple[Any, Any]:
+    """(shift, scale) of an adaptive op's condition, by its order's chunk names."""
+    names = _order(o)
+    chunks = dict(zip(names, split(emb, len(names)), strict=True))
+    sh, sc = ("shift", "scale") if "shift" in chunks else ("shift_msa", "scale_msa")
+    return chunks[sh], chunks[sc]
 
 
 def _compose(
-    op: str, ln: Callable[..., Any], rms: Callable[..., Any], rms_llama: Callable[..., Any]
+    o: _registry.Op, ln: Callable[..., Any], rms: Callable[..., Any],
 ) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
-    """A baseline's version of ``op`` built from its plain LayerNorm and RMSNorm."""
-    if op == "layer_norm":
+    """A baseline's version of op ``o`` built from its plain LayerNorm and RMSNorm."""
+    if o.family == "layer_norm":
         return lambda p: (ln(p["x"], p["scale"], p["bias"]),)
-    if op == "rms_norm":
+    if o.family == "rms_norm":
         return lambda p: (rms(p["x"], p["scale"]),)
-    if op == "rms_norm_llama":
-        return lambda p: (rms_llama(p["x"], p["scale"]),)
-    if op == "add_layer_norm":
+    if o.family == "add_layer_norm":
         return lambda p: (lambda s: (ln(s, p["scale"], p["bias"]), s))(p["x"] + p["residual"])
-    if op == "add_rms_norm":
+    if o.family == "add_rms_norm":
         return lambda p: (lambda s: (rms(s, p["scale"]), s))(p["x"] + p["residual"])
-    if op == "adaptive_layer_norm":  # DiT final layer order: shift, scale
+    if o.family == "adaptive_layer_norm":
 
         def ada(p: dict[str, Any]) -> tuple[Any, ...]:
-            shift, scale = jnp.split(p["emb"], 2, axis=-1)
-            y = ln(p["x"], None, None)
-            return (y * (1 + scale[:, None]) + shift[:, None],)
+            shift, scale = _ada_chunks(o, p["emb"], lambda e, k: jnp.split(e, k, axis=-1))
+            return (_modulate(ln(p["x"], p.get("scale"), p.get("bias")), shift, scale),)
 
         return ada
-    raise ValueError(op)
+    if o.family == "modulate":
+        return lambda p: (_modulate(p["x"], p["shift"], p["scale_c"]),)
+    raise ValueError(o.name)
 
 
 def _import_tokamax() -> Any:
@@ -172,26 +215,26 @@ def _import_tokamax() -> Any:
 
 
 def _tokamax(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    o = _op(op)
     try:
         tokamax = _import_tokamax()
     except ImportError as e:
         raise Skip(f"tokamax is not installed ({e})") from None
-    if op in ("rms_norm_llama", "adaptive_layer_norm"):
+    if o.family not in ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm") or _convention(o) != "torch":
         raise Skip(f"tokamax has no {op}")
+    eps = _eps(o)
 
     def norm(x: Any, scale: Any, bias: Any, subtract_mean: bool) -> Any:
-        return tokamax.layer_norm(x, scale, bias, axis=-1, epsilon=EPS, subtract_mean=subtract_mean,
+        return tokamax.layer_norm(x, scale, bias, axis=-1, epsilon=eps, subtract_mean=subtract_mean,
                                   implementation="xla")
 
-    if op == "layer_norm":
+    if o.family == "layer_norm":
         return lambda p: (norm(p["x"], p["scale"], p["bias"], True),)
-    if op == "rms_norm":
+    if o.family == "rms_norm":
         return lambda p: (norm(p["x"], p["scale"], None, False),)
-    if op == "add_layer_norm":
+    if o.family == "add_layer_norm":
         return lambda p: (lambda s: (norm(s, p["scale"], p["bias"], True), s))(p["x"] + p["residual"])
-    if op == "add_rms_norm":
-        return lambda p: (lambda s: (norm(s, p["scale"], None, False), s))(p["x"] + p["residual"])
-    raise ValueError(op)
+    return lambda p: (lambda s: (norm(s, p["scale"], None, False), s))(p["x"] + p["residual"])
 
 
 def backend_skip(impl: str) -> str | None:
@@ -244,40 +287,47 @@ def jax_op(impl: str, op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
 
 
 def torch_op(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
-    """The torch function for ``op`` (what a torch user writes); raises :class:`Skip` without torch."""
+    """The torch function for ``op`` (what a torch user writes); raises :class:`Skip` without torch.
+
+    torch's own ``F.layer_norm`` and ``F.rms_norm`` where they compute the op; the other RMSNorm
+    conventions as their reference libraries write them (``jln._reference``, the code
+    ``jln parity`` holds jln to).
+    """
     try:
         import torch
         import torch.nn.functional as F
     except ImportError as e:
         raise Skip(f"torch is not installed ({e})") from None
-    array_names(op)
+    o = _op(op)
+    eps, conv = _eps(o), _convention(o)
 
     def ln(x: Any, w: Any, b: Any) -> Any:
-        return F.layer_norm(x, x.shape[-1:], w, b, EPS)
+        return F.layer_norm(x, x.shape[-1:], w, b, eps)
 
-    def rms(x: Any, w: Any, llama: bool = False) -> Any:
-        if not llama:
-            return F.rms_norm(x, x.shape[-1:], w, EPS)
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + EPS)
-        return w * h.to(x.dtype)
+    def rms(x: Any, w: Any, b: Any = None) -> Any:
+        if conv == "torch":
+            return F.rms_norm(x, x.shape[-1:], w, eps)
+        if conv == "llama":
+            h = x.float()
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+            return w * h.to(x.dtype)
+        return _reference.rms_norm(x, w, eps=eps, convention=conv, bias=b)
 
-    if op == "layer_norm":
+    if o.family == "layer_norm":
         return lambda p: (ln(p["x"], p["scale"], p["bias"]),)
-    if op == "rms_norm":
-        return lambda p: (rms(p["x"], p["scale"]),)
-    if op == "rms_norm_llama":
-        return lambda p: (rms(p["x"], p["scale"], llama=True),)
-    if op == "add_layer_norm":
+    if o.family == "rms_norm":
+        return lambda p: (rms(p["x"], p["scale"], p.get("bias")),)
+    if o.family == "add_layer_norm":
         return lambda p: (lambda s: (ln(s, p["scale"], p["bias"]), s))(p["x"] + p["residual"])
-    if op == "add_rms_norm":
+    if o.family == "add_rms_norm":
         return lambda p: (lambda s: (rms(s, p["scale"]), s))(p["x"] + p["residual"])
-    if op == "adaptive_layer_norm":
+    if o.family == "adaptive_layer_norm":
 
         def ada(p: dict[str, Any]) -> tuple[Any, ...]:
-            shift, scale = p["emb"].chunk(2, dim=-1)
-            y = ln(p["x"], None, None)
-            return (y * (1 + scale[:, None]) + shift[:, None],)
+            shift, scale = _ada_chunks(o, p["emb"], lambda e, k: e.chunk(k, dim=-1))
+            return (_modulate(ln(p["x"], p.get("scale"), p.get("bias")), shift, scale),)
 
         return ada
+    if o.family == "modulate":
+        return lambda p: (_modulate(p["x"], p["shift"], p["scale_c"]),)
     raise ValueError(op)

@@ -57,7 +57,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jln import _bench_impls as impls
+from jln.cli._bench import impls
 
 try:
     import resource
@@ -99,7 +99,7 @@ def bytes_moved(op: str, rows: int, width: int, itemsize: int, direction: str) -
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}; received {direction!r}")
     per = 2 if direction == "fwd" else 3
-    if op in impls.FUSED_ADD:
+    if impls.family(op) in impls.FUSED_ADD:
         per *= 2
     return per * rows * width * itemsize
 
@@ -365,13 +365,15 @@ def make_data(rows: int, width: int, dtype: Any, n_buffers: int, seed: int = 0) 
              for name, k in zip(("x", "residual", "dy", "ds"), ks, strict=True)}
         s["x"] = (s["x"] + jnp.asarray(0.5, dtype)).astype(dtype)
         sets.append(s)
-    kp = jax.random.split(jax.random.fold_in(key, 10_000), 3)
+    kp = jax.random.split(jax.random.fold_in(key, 10_000), 5)
     batch = impls.adaptive_batch(rows)
     data = {
         "sets": sets,
         "scale": (1 + 0.1 * jax.random.normal(kp[0], (width,), jnp.float32)).astype(dtype),
         "bias": (0.1 * jax.random.normal(kp[1], (width,), jnp.float32)).astype(dtype),
-        "emb": (0.1 * jax.random.normal(kp[2], (batch, 2 * width), jnp.float32)).astype(dtype),
+        "emb": (0.1 * jax.random.normal(kp[2], (batch, impls.MAX_CHUNKS * width), jnp.float32)).astype(dtype),
+        "shift": (0.1 * jax.random.normal(kp[3], (batch, width), jnp.float32)).astype(dtype),
+        "scale_c": (0.1 * jax.random.normal(kp[4], (batch, width), jnp.float32)).astype(dtype),
     }
     jax.block_until_ready(data)
     return data
@@ -383,10 +385,12 @@ def op_inputs(op: str, data: dict[str, Any], i: int) -> tuple[dict[str, Any], tu
     p = {}
     for name in impls.array_names(op):
         p[name] = s[name] if name in s else data[name]
-    if op == "adaptive_layer_norm":
+    if impls.family(op) in ("adaptive_layer_norm", "modulate"):  # per-example conditions
         rows, width = s["x"].shape
         b = impls.adaptive_batch(rows)
         p["x"] = s["x"].reshape(b, rows // b, width)
+        if "emb" in p:
+            p["emb"] = p["emb"][:, : impls.chunks(op) * width]
         return p, (s["dy"].reshape(b, rows // b, width),)
     return p, (s["dy"], s["ds"])
 
@@ -400,7 +404,7 @@ def op_inputs(op: str, data: dict[str, Any], i: int) -> tuple[dict[str, Any], tu
 class Config:
     """What to run. ``rows=None`` picks ``elements // width`` rows per width."""
 
-    ops: Sequence[str] = impls.OPS
+    ops: Sequence[str] = impls.DEFAULT_OPS
     impls: Sequence[str] = impls.IMPLS
     dtypes: Sequence[str] = DEFAULT_DTYPES
     widths: Sequence[int] = DEFAULT_WIDTHS
@@ -993,8 +997,8 @@ def plot(report: dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     res = report["results"]
-    combos = [(op, dt) for op in impls.OPS for dt in DTYPES
-              if any(r["op"] == op and r["dtype"] == dt for r in res)]
+    ops = list(dict.fromkeys(r["op"] for r in res if r["impl"] != "copy"))  # as measured (older reports too)
+    combos = [(op, dt) for op in ops for dt in DTYPES if any(r["op"] == op and r["dtype"] == dt for r in res)]
     if not combos:
         combos = [("layer_norm", "float32")]
     present = [d for d in DIRECTIONS if any(r["direction"] == d for r in res)] or list(DEFAULT_DIRECTIONS)

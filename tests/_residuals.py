@@ -1,4 +1,4 @@
-"""Measure what reverse mode keeps from forward to backward (the "residual budget").
+"""Tests' helper: measure what reverse mode keeps from forward to backward (the "residual budget").
 
 Uses ``jax.ad_checkpoint.print_saved_residuals`` (public API) and reads its report, so the
 number is what JAX itself saves for ``jax.vjp``/``jax.grad`` of the function.
