@@ -1011,7 +1011,7 @@ FLAX_ARGS: dict[str, tuple[tuple[str, ...], str]] = {
     "feature_axes": (("axis",), "jln's scale and bias always have x's shape at the normalized axes"),
     "use_fast_variance": ((), "jln always takes the variance as the mean of squared deviations from "
                               "the mean, in float32; drop it"),
-    "force_float32_reductions": ((), "jln always reduces in float32 (float64 for float64 input); drop it"),
+    "force_float32_reductions": ((), "jln always reduces in float32, float64 for float64 input; drop it"),
     "promote_dtype": ((), "dtype= sets the compute dtype; drop it"),
     "scale_metadata": (("scale_init",), "wrap the initializer, e.g. flax.nnx.with_partitioning(init, axes)"),
     "bias_metadata": (("bias_init",), "wrap the initializer, e.g. flax.nnx.with_partitioning(init, axes)"),
