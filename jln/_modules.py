@@ -361,24 +361,30 @@ LayerNormConfig = make_config(
 )
 
 
-def layer_norm_specs(cfg: Any, features: tuple[int, ...]) -> dict[str, ParamSpec]:
+def layer_norm_specs(cfg: Any, features: tuple[int, ...], scale_init: Callable[..., Array] = ones) -> dict[str, ParamSpec]:
+    """``scale`` (``scale_init`` unless ``cfg.scale_init``) and ``bias`` (zeros), as the options say."""
     specs = {}
     if cfg.use_scale:
-        specs["scale"] = _param(features, cfg.scale_init, ones)
+        specs["scale"] = _param(features, cfg.scale_init, scale_init)
     if cfg.use_bias:
         specs["bias"] = _param(features, cfg.bias_init, zeros)
     return specs
 
 
-def apply_layer_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
-    """``jln.layer_norm(x, scale, bias)`` with the module's dtype rule and monitor."""
+def _apply_norm(norm: Callable[..., Array], params: Params, x: Array, cfg: Any, fn: str, **options: Any) -> tuple[Array, Stats]:
+    """``norm(x, scale, bias=bias, ...)`` with the module's dtype rule and monitor."""
     xi = _cast_in(x, cfg.dtype)
-    y = layer_norm(
-        xi, params.get("scale"), params.get("bias"), axis=cfg.axis, eps=cfg.eps, impl=cfg.impl,
-        **distributed(cfg),
+    y = norm(
+        xi, params.get("scale"), bias=params.get("bias"), axis=cfg.axis, eps=cfg.eps, impl=cfg.impl,
+        **distributed(cfg), **options,
     )
     y = _cast_out(y, cfg.dtype)
-    return y, _record(cfg.monitor, xi, y, cfg.axis, "jln LayerNorm")
+    return y, _record(cfg.monitor, xi, y, cfg.axis, fn)
+
+
+def apply_layer_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
+    """``jln.layer_norm(x, scale, bias)`` with the module's dtype rule and monitor."""
+    return _apply_norm(layer_norm, params, x, cfg, "jln LayerNorm")
 
 
 # --------------------------------------------------------------------------- RMSNorm
@@ -422,24 +428,13 @@ RMSNormConfig = make_config(
 
 
 def rms_norm_specs(cfg: Any, features: tuple[int, ...]) -> dict[str, ParamSpec]:
-    specs = {}
-    if cfg.use_scale:
-        # Gemma multiplies by (1 + scale), so its identity weight is 0.
-        specs["scale"] = _param(features, cfg.scale_init, zeros if _canonical(cfg) == "gemma" else ones)
-    if cfg.use_bias:
-        specs["bias"] = _param(features, cfg.bias_init, zeros)
-    return specs
+    # Gemma multiplies by (1 + scale), so its identity weight is 0.
+    return layer_norm_specs(cfg, features, zeros if _canonical(cfg) == "gemma" else ones)
 
 
 def apply_rms_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
     """``jln.rms_norm(x, scale, convention=...)`` with the module's dtype rule and monitor."""
-    xi = _cast_in(x, cfg.dtype)
-    y = rms_norm(
-        xi, params.get("scale"), axis=cfg.axis, eps=cfg.eps, convention=cfg.convention,
-        bias=params.get("bias"), impl=cfg.impl, **distributed(cfg),
-    )
-    y = _cast_out(y, cfg.dtype)
-    return y, _record(cfg.monitor, xi, y, cfg.axis, "jln RMSNorm")
+    return _apply_norm(rms_norm, params, x, cfg, "jln RMSNorm", convention=cfg.convention)
 
 
 # --------------------------------------------------------------------------- adaptive norms
