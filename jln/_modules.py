@@ -1,17 +1,20 @@
-"""The math of every Flax module, written once for :mod:`jln.linen` and :mod:`jln.nnx`.
+"""Every Flax module, written once for :mod:`jln.linen` and :mod:`jln.nnx`.
 
-Each module kind has three pieces here:
+Each module kind is one :class:`Kind` record (``LAYER_NORM``, ``RMS_NORM``...) holding:
 
-* a frozen config dataclass (the module's options, validated once in ``__post_init__``),
-* a ``*_specs`` function giving the parameter tree: names, shapes and initializers,
-* an ``apply_*`` pure function ``(params, inputs, cfg) -> (outputs, stats)`` that calls
-  the :mod:`jln` core functions. ``stats`` is the monitor record (``None`` unless
-  ``cfg.monitor``).
+* its options, each an :class:`Option` (name, type, default, doc line) declared once and
+  gathered in a generated frozen config dataclass (``LayerNormConfig``...), validated in
+  ``__post_init__``: the linen fields, the NNX arguments and ``module.cfg`` on both faces;
+* the sizes linen infers from the inputs and NNX takes first (:class:`Shape`);
+* a ``*_specs`` function giving the parameter tree: names, shapes and initializers;
+* an ``apply_*`` pure function ``(params, *inputs, cfg) -> (outputs, stats)`` that calls the
+  :mod:`jln` core functions (``stats``: the monitor record, ``None`` unless ``cfg.monitor``);
+* the parts of its docstring.
 
-The linen and nnx classes only create the parameters from the spec and call ``apply_*``, so
-the two front-ends cannot drift. Norm math is only ever ``jln.layer_norm``,
-``jln.rms_norm``, ``jln.adaptive_layer_norm`` and ``jln.modulate``; attention lives once in
-:func:`mha`.
+The linen and NNX classes are generated from the record (fields, signatures, docstrings) and
+only create the parameters from the specs and call ``apply_*``, so the two front-ends cannot
+drift. Norm math is only ever ``jln.layer_norm``, ``jln.rms_norm``,
+``jln.adaptive_layer_norm`` and ``jln.modulate``; attention lives once in :func:`mha`.
 
 dtype policy (both front-ends): ``dtype=None`` keeps the core functions' rule for the norms
 (torch: output in the input dtype; the named RMS conventions as in ``jln.rms_norm``) and

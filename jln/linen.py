@@ -1,8 +1,9 @@
 """Flax linen modules over jln's core functions (same names and parameters as :mod:`jln.nnx`).
 
 Every class is built from its record in ``jln._modules`` (options, parameters, the pure function
-it calls), as its :mod:`jln.nnx` twin is: fields, defaults and docstrings are generated from it. Defaults follow torch (eps 1e-5, output in the
-input dtype). ``dtype=None`` keeps the core functions' dtype rule; ``dtype=d`` computes in and
+it calls), as its :mod:`jln.nnx` twin is: fields, defaults and docstrings are generated from it.
+A flax argument name (``epsilon``...) gets a ``TypeError`` naming jln's. Defaults follow torch
+(eps 1e-5, output in the input dtype). ``dtype=None`` keeps the core functions' dtype rule; ``dtype=d`` computes in and
 returns ``d``. ``monitor=True`` sows per-row input/output statistics (see
 ``jln._monitor.row_stats``) into the ``"intermediates"`` collection under ``"stats"``.
 """

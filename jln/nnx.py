@@ -2,8 +2,9 @@
 
 Every class is built from its record in ``jln._modules`` (options, parameters, the pure function
 it calls), as its :mod:`jln.linen` twin is: signatures, per-option attributes and docstrings are
-generated from it. Size arguments are positional, options
-keyword-only. ``monitor=True`` sows per-row statistics as ``nnx.Intermediate`` named
+generated from it. Size arguments are positional, options keyword-only (but torch's positional
+ones in ``TransformerEncoderLayer``); each option reads as an attribute (``module.eps``) and all
+of them as ``module.cfg``, as on a linen module. ``monitor=True`` sows per-row statistics as ``nnx.Intermediate`` named
 ``"stats"`` (read them with ``nnx.capture(model, nnx.Intermediate)``).
 """
 
