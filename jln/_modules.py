@@ -1,17 +1,20 @@
-"""The math of every Flax module, written once for :mod:`jln.linen` and :mod:`jln.nnx`.
+"""Every Flax module, written once for :mod:`jln.linen` and :mod:`jln.nnx`.
 
-Each module kind has three pieces here:
+Each module kind is one :class:`Kind` record (``LAYER_NORM``, ``RMS_NORM``...) holding:
 
-* a frozen config dataclass (the module's options, validated once in ``__post_init__``),
-* a ``*_specs`` function giving the parameter tree: names, shapes and initializers,
-* an ``apply_*`` pure function ``(params, inputs, cfg) -> (outputs, stats)`` that calls
-  the :mod:`jln` core functions. ``stats`` is the monitor record (``None`` unless
-  ``cfg.monitor``).
+* its options, each an :class:`Option` (name, type, default, doc line) declared once and
+  gathered in a generated frozen config dataclass (``LayerNormConfig``...), validated in
+  ``__post_init__``: the linen fields, the NNX arguments and ``module.cfg`` on both faces;
+* the sizes linen infers from the inputs and NNX takes first (:class:`Shape`);
+* a ``*_specs`` function giving the parameter tree: names, shapes and initializers;
+* an ``apply_*`` pure function ``(params, *inputs, cfg) -> (outputs, stats)`` that calls the
+  :mod:`jln` core functions (``stats``: the monitor record, ``None`` unless ``cfg.monitor``);
+* the parts of its docstring.
 
-The linen and nnx classes only create the parameters from the spec and call ``apply_*``, so
-the two front-ends cannot drift. Norm math is only ever ``jln.layer_norm``,
-``jln.rms_norm``, ``jln.adaptive_layer_norm`` and ``jln.modulate``; attention lives once in
-:func:`mha`.
+The linen and NNX classes are generated from the record (fields, signatures, docstrings) and
+only create the parameters from the specs and call ``apply_*``, so the two front-ends cannot
+drift. Norm math is only ever ``jln.layer_norm``, ``jln.rms_norm``,
+``jln.adaptive_layer_norm`` and ``jln.modulate``; attention lives once in :func:`mha`.
 
 dtype policy (both front-ends): ``dtype=None`` keeps the core functions' rule for the norms
 (torch: output in the input dtype; the named RMS conventions as in ``jln.rms_norm``) and
@@ -26,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+import textwrap
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -229,141 +233,253 @@ def distributed(cfg: Any) -> dict[str, Any]:
     return dict(axis_name=cfg.axis_name, axis_index_groups=cfg.axis_index_groups)
 
 
-# --------------------------------------------------------------------------- LayerNorm
+# --------------------------------------------------------------------------- options
 
 
 @dataclasses.dataclass(frozen=True)
-class LayerNormConfig:
-    eps: float = 1e-5
-    axis: Any = -1
-    use_scale: bool = True
-    use_bias: bool = True
-    dtype: Any = None
-    impl: str = "auto"
-    monitor: bool = False
-    axis_name: Any = None  # distributed: mesh axis splitting the normalized axes
-    axis_index_groups: Any = None
-    scale_init: Any = None  # None: ones
-    bias_init: Any = None  # None: zeros
+class Option:
+    """One module option, declared once for both front-ends: the linen field, the NNX argument
+    and the config field of that name all come from it."""
 
-    def __post_init__(self) -> None:
-        _checks.check_eps(self.eps, "jln LayerNorm")
-        _check_common(self, "jln LayerNorm")
-        check_inits(self, "jln LayerNorm")
+    name: str
+    type: str  # the annotation, as text
+    default: Any = dataclasses.field(default_factory=lambda: dataclasses.MISSING)  # MISSING: required
+    doc: str = ""
+
+    def but(self, **changes: Any) -> Option:
+        return dataclasses.replace(self, **changes)
 
 
-def layer_norm_specs(cfg: LayerNormConfig, features: tuple[int, ...]) -> dict[str, ParamSpec]:
+def make_config(name: str, options: tuple[Option, ...], check: Callable[[Any], None], **members: Any) -> type:
+    """The frozen dataclass holding ``options`` (in that order), validated by ``check`` in
+    ``__post_init__``; each field keeps its doc line in ``metadata["doc"]``."""
+
+    def field(o: Option) -> Any:
+        return dataclasses.field(default=o.default, metadata={"doc": o.doc})
+
+    def __post_init__(self: Any) -> None:
+        check(self)
+
+    return dataclasses.make_dataclass(
+        name, [(o.name, o.type, field(o)) for o in options], frozen=True,
+        namespace={"__post_init__": __post_init__, "__module__": __name__, **members},
+    )
+
+
+def _req(name: str, doc: str) -> Option:
+    return Option(name, "int", doc=doc)
+
+
+EPS = Option("eps", "float", 1e-5, "LayerNorm eps, added to the variance (torch's default 1e-5).")
+DTYPE = Option("dtype", "Any", None, "``None``: output in ``x.dtype`` (Dense layers run in the main "
+               "input's dtype); else compute in and return this dtype.")
+PARAM_DTYPE = Option("param_dtype", "Any", jnp.float32, "dtype of the parameters (float32).")
+IMPL = Option("impl", "str", "auto", '``"auto"``, ``"xla"``, ``"native"`` or ``"pallas"``, as '
+              ":func:`jln.layer_norm`.")
+MONITOR = Option("monitor", "bool", False, "record per-row input/output statistics "
+                 "(``jln._monitor.row_stats``): linen sows them into ``\"intermediates\"``, NNX "
+                 "as an ``nnx.Intermediate``, both named ``\"stats\"``.")
+COMPUTE = (DTYPE, PARAM_DTYPE, IMPL, MONITOR)
+DISTRIBUTED = (
+    Option("axis_name", "Any", None, "inside ``jax.shard_map``/``jax.pmap``, the mesh axis over which "
+           "the normalized axis is split (tensor parallelism); parameters are then the local "
+           "blocks, see :func:`jln.layer_norm`. The monitor's statistics stay per device."),
+    Option("axis_index_groups", "Any", None, "with ``axis_name``, the device groups that each hold "
+           "one row's blocks (as ``jax.lax.psum``)."),
+)
+SCALE_INIT = Option("scale_init", "Any", None, "initializer ``init(key, shape, dtype)`` of the "
+                    "norm's ``scale``; ``None``: ones. Wrap one in flax's ``with_partitioning`` "
+                    "(linen: or ``with_logical_partitioning``) to annotate how a sharded model "
+                    "splits the parameter.")
+BIAS_INIT = Option("bias_init", "Any", None, "initializer of the norm's ``bias``; ``None``: zeros.")
+USE_SCALE = Option("use_scale", "bool", True, "learnable ``scale`` (torch's ``elementwise_affine``).")
+USE_BIAS = Option("use_bias", "bool", True, "learnable ``bias`` (torch's ``bias``).")
+FEATURES = _req("features", "d, the size of ``x``'s last axis (with ``axis_name``: the local size).")
+INITS = (
+    Option("kernel_init", "Any", None, "initializer of every Dense kernel; ``None``: torch's."),
+    Option("bias_init", "Any", None, "initializer of every Dense bias; ``None``: torch's."),
+)
+
+
+def _dense_inits(name: str, default: str) -> tuple[Option, Option]:
+    return (Option(f"{name}_kernel_init", "Any", None, f"``{name}``'s kernel initializer; ``None``: {default}."),
+            Option(f"{name}_bias_init", "Any", None, f"``{name}``'s bias initializer; ``None``: {default}."))
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """A size that linen infers from an input at the first call and NNX takes as an argument
+    (first, positional): ``take`` checks the NNX argument, ``infer`` reads it off linen's input
+    ``inputs[input]``, ``check`` (NNX, optional) holds a call's input against it."""
+
+    name: str
+    type: str
+    doc: str
+    input: int
+    take: Callable[[Any, str], Any]
+    infer: Callable[[Any, Array, str, str], Any]  # (cfg, x, input name, fn)
+    check: Callable[[Any, Array, Any, str], None] | None = None  # (cfg, x, size, fn)
+
+
+def _infer_features(cfg: Any, x: Array, name: str, fn: str) -> tuple[int, ...]:
+    _checks.check_floating(x, fn, name)
+    return _checks.feature_shape(x.shape, _checks.normalize_axes(cfg.axis, x.ndim, fn))
+
+
+def _infer_last(cfg: Any, x: Array, name: str, fn: str) -> int:
+    _checks.check_floating(x, fn, name)
+    if x.ndim == 0:
+        raise ValueError(f"{fn}: `{name}` must have a feature axis; received a scalar.")
+    return int(x.shape[-1])
+
+
+NUM_FEATURES = Shape(
+    "num_features", "int | tuple[int, ...]", "shape of ``x`` at ``axis`` (an int for one axis).", 0,
+    feature_shape, _infer_features, lambda cfg, x, n, fn: check_num_features(x, cfg.axis, n, fn),
+)
+
+
+def _cond_features(input_name: str) -> Shape:
+    return Shape("cond_features", "int", f"size of ``{input_name}``'s last axis.", 1,
+                 lambda v, fn: check_positive(v, "cond_features", fn), _infer_last)
+
+
+# --------------------------------------------------------------------------- LayerNorm
+
+
+AXIS = Option("axis", "Axis", -1, "axis or axes to normalize over; parameters have the shape of ``x`` there.")
+
+
+def _check_layer_norm(cfg: Any) -> None:
+    _checks.check_eps(cfg.eps, "jln LayerNorm")
+    _check_common(cfg, "jln LayerNorm")
+    check_inits(cfg, "jln LayerNorm")
+
+
+LayerNormConfig = make_config(
+    "LayerNormConfig",
+    (EPS.but(doc="added to the variance; torch's default 1e-5 (flax's LayerNorm uses 1e-6)."), AXIS, USE_SCALE,
+     USE_BIAS, *COMPUTE, *DISTRIBUTED, SCALE_INIT, BIAS_INIT),
+    _check_layer_norm,
+)
+
+
+def layer_norm_specs(cfg: Any, features: tuple[int, ...], scale_init: Callable[..., Array] = ones) -> dict[str, ParamSpec]:
+    """``scale`` (``scale_init`` unless ``cfg.scale_init``) and ``bias`` (zeros), as the options say."""
     specs = {}
     if cfg.use_scale:
-        specs["scale"] = _param(features, cfg.scale_init, ones)
+        specs["scale"] = _param(features, cfg.scale_init, scale_init)
     if cfg.use_bias:
         specs["bias"] = _param(features, cfg.bias_init, zeros)
     return specs
 
 
-def apply_layer_norm(params: Params, x: Array, cfg: LayerNormConfig) -> tuple[Array, Stats]:
-    """``jln.layer_norm(x, scale, bias)`` with the module's dtype rule and monitor."""
+def _apply_norm(norm: Callable[..., Array], params: Params, x: Array, cfg: Any, fn: str, **options: Any) -> tuple[Array, Stats]:
+    """``norm(x, scale, bias=bias, ...)`` with the module's dtype rule and monitor."""
     xi = _cast_in(x, cfg.dtype)
-    y = layer_norm(
-        xi, params.get("scale"), params.get("bias"), axis=cfg.axis, eps=cfg.eps, impl=cfg.impl,
-        **distributed(cfg),
+    y = norm(
+        xi, params.get("scale"), bias=params.get("bias"), axis=cfg.axis, eps=cfg.eps, impl=cfg.impl,
+        **distributed(cfg), **options,
     )
     y = _cast_out(y, cfg.dtype)
-    return y, _record(cfg.monitor, xi, y, cfg.axis, "jln LayerNorm")
+    return y, _record(cfg.monitor, xi, y, cfg.axis, fn)
+
+
+def apply_layer_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
+    """``jln.layer_norm(x, scale, bias)`` with the module's dtype rule and monitor."""
+    return _apply_norm(layer_norm, params, x, cfg, "jln LayerNorm")
 
 
 # --------------------------------------------------------------------------- RMSNorm
 
 
-@dataclasses.dataclass(frozen=True)
-class RMSNormConfig:
-    eps: float | None = None
-    convention: str = "torch"
-    axis: Any = -1
-    use_scale: bool = True
-    use_bias: bool = False
-    dtype: Any = None
-    impl: str = "auto"
-    monitor: bool = False
-    axis_name: Any = None  # distributed: mesh axis splitting the normalized axes
-    axis_index_groups: Any = None
-    scale_init: Any = None  # None: ones (zeros for gemma, whose factor is 1 + scale)
-    bias_init: Any = None  # None: zeros
-
-    def __post_init__(self) -> None:
-        fn = "jln RMSNorm"
-        resolve_convention(self.convention, fn)
-        check_inits(self, fn)
-        if self.eps is not None:
-            _checks.check_eps(self.eps, fn)
-        if self.use_bias and (self.canonical != "diffusers" or not self.use_scale):
-            raise ValueError(
-                f"{fn}: use_bias=True is only defined for convention='diffusers' with "
-                f"use_scale=True (diffusers' RMSNorm with bias); received "
-                f"convention={self.convention!r}, use_scale={self.use_scale}."
-            )
-        _check_common(self, fn)
-
-    @property
-    def canonical(self) -> str:
-        """The convention's canonical name (``"qwen2"`` -> ``"llama"``)."""
-        return resolve_convention(self.convention, "jln RMSNorm")
+def _canonical(cfg: Any) -> str:
+    """The convention's canonical name (``"qwen2"`` -> ``"llama"``)."""
+    return resolve_convention(cfg.convention, "jln RMSNorm")
 
 
-def rms_norm_specs(cfg: RMSNormConfig, features: tuple[int, ...]) -> dict[str, ParamSpec]:
-    specs = {}
-    if cfg.use_scale:
-        # Gemma multiplies by (1 + scale), so its identity weight is 0.
-        specs["scale"] = _param(features, cfg.scale_init, zeros if cfg.canonical == "gemma" else ones)
-    if cfg.use_bias:
-        specs["bias"] = _param(features, cfg.bias_init, zeros)
-    return specs
+def _check_rms_norm(cfg: Any) -> None:
+    fn = "jln RMSNorm"
+    resolve_convention(cfg.convention, fn)
+    check_inits(cfg, fn)
+    if cfg.eps is not None:
+        _checks.check_eps(cfg.eps, fn)
+    if cfg.use_bias and (_canonical(cfg) != "diffusers" or not cfg.use_scale):
+        raise ValueError(
+            f"{fn}: use_bias=True is only defined for convention='diffusers' with "
+            f"use_scale=True (diffusers' RMSNorm with bias); received "
+            f"convention={cfg.convention!r}, use_scale={cfg.use_scale}."
+        )
+    _check_common(cfg, fn)
 
 
-def apply_rms_norm(params: Params, x: Array, cfg: RMSNormConfig) -> tuple[Array, Stats]:
+RMSNormConfig = make_config(
+    "RMSNormConfig",
+    (EPS.but(type="float | None", default=None, doc="``None`` takes the convention's default (torch: "
+             "``finfo(float32).eps``)."),
+     Option("convention", "str", "torch", "``\"torch\"``, ``\"llama\"``, ``\"gemma\"``, ``\"t5\"``, "
+            "``\"diffusers\"`` or ``\"seed\"`` (cast order and eps default as :func:`jln.rms_norm`); "
+            "``\"gemma\"`` initialises ``scale`` to 0 (it multiplies by ``1 + scale``). With "
+            "``dtype=None`` the output dtype is the convention's (``\"llama\"``: bf16 x with float32 "
+            "scale gives float32)."),
+     AXIS, USE_SCALE.but(doc="learnable ``scale``."),
+     USE_BIAS.but(default=False, doc="learnable ``bias`` (``convention=\"diffusers\"`` only)."), *COMPUTE,
+     *DISTRIBUTED, SCALE_INIT.but(doc="as :class:`LayerNorm`'s; ``None``: the convention's identity (ones, "
+                                  "zeros for ``\"gemma\"``)."), BIAS_INIT),
+    _check_rms_norm, canonical=property(_canonical),
+)
+
+
+def rms_norm_specs(cfg: Any, features: tuple[int, ...]) -> dict[str, ParamSpec]:
+    # Gemma multiplies by (1 + scale), so its identity weight is 0.
+    return layer_norm_specs(cfg, features, zeros if _canonical(cfg) == "gemma" else ones)
+
+
+def apply_rms_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
     """``jln.rms_norm(x, scale, convention=...)`` with the module's dtype rule and monitor."""
-    xi = _cast_in(x, cfg.dtype)
-    y = rms_norm(
-        xi, params.get("scale"), axis=cfg.axis, eps=cfg.eps, convention=cfg.convention,
-        bias=params.get("bias"), impl=cfg.impl, **distributed(cfg),
-    )
-    y = _cast_out(y, cfg.dtype)
-    return y, _record(cfg.monitor, xi, y, cfg.axis, "jln RMSNorm")
+    return _apply_norm(rms_norm, params, x, cfg, "jln RMSNorm", convention=cfg.convention)
 
 
 # --------------------------------------------------------------------------- adaptive norms
 
 
-@dataclasses.dataclass(frozen=True)
-class AdaptiveLayerNormConfig:
-    eps: float = 1e-5
-    order: Any = "seed"
-    use_scale: bool = True
-    use_bias: bool = True
-    dtype: Any = None
-    impl: str = "auto"
-    monitor: bool = False
-    axis_name: Any = None  # distributed: mesh axis splitting the feature axis
-    axis_index_groups: Any = None
-    scale_init: Any = None  # the norm's scale and bias; None: ones and zeros
-    bias_init: Any = None
-    proj_kernel_init: Any = None  # the Dense proj; None: torch's nn.Linear init
-    proj_bias_init: Any = None
-
-    def __post_init__(self) -> None:
-        fn = "jln AdaptiveLayerNorm"
-        check_inits(self, fn, ("scale_init", "bias_init", "proj_kernel_init", "proj_bias_init"))
-        names = resolve_order(self.order, fn)
-        if not {"shift", "scale"} <= set(names):
-            raise ValueError(
-                f"{fn}: `order` must name a 'shift' and a 'scale' chunk (e.g. 'seed', "
-                f"'dit_final', 'continuous'); received {self.order!r} = {names}."
-            )
-        _checks.check_eps(self.eps, fn)
-        _check_common(self, fn)
+def _check_adaptive_layer_norm(cfg: Any) -> None:
+    fn = "jln AdaptiveLayerNorm"
+    check_inits(cfg, fn, ("scale_init", "bias_init", "proj_kernel_init", "proj_bias_init"))
+    set_positive(cfg, ("features",), fn)
+    names = resolve_order(cfg.order, fn)
+    if not {"shift", "scale"} <= set(names):
+        raise ValueError(
+            f"{fn}: `order` must name a 'shift' and a 'scale' chunk (e.g. 'seed', "
+            f"'dit_final', 'continuous'); received {cfg.order!r} = {names}."
+        )
+    _checks.check_eps(cfg.eps, fn)
+    _check_common(cfg, fn)
 
 
-def adaptive_layer_norm_specs(cfg: AdaptiveLayerNormConfig, cond_features: int, features: int) -> dict[str, Any]:
+#: tensor parallelism of the adaptive norms (the feature axis split over ``axis_name``)
+ADAPTIVE_DISTRIBUTED = (
+    DISTRIBUTED[0].but(doc="tensor parallelism inside ``jax.shard_map``/``jax.pmap`` with ``x``'s last "
+                       "axis split over ``axis_name``: ``features`` is then the local size d / n, the "
+                       "norm's statistics span the devices, and the Dense must produce each device's "
+                       "local block of every chunk: :func:`jln.shard_chunks` lays out a global kernel "
+                       "that way; the condition is replicated over ``axis_name``."),
+    DISTRIBUTED[1],
+)
+AdaptiveLayerNormConfig = make_config(
+    "AdaptiveLayerNormConfig",
+    (FEATURES, EPS, Option("order", "Any", "seed", "chunk order of ``proj(cond)``; ``\"seed\"`` = (scale, "
+                           "shift) = (gamma, beta)."),
+     USE_SCALE.but(doc="the LayerNorm's own ``scale``."), USE_BIAS.but(doc="the LayerNorm's own ``bias``."),
+     *COMPUTE, *ADAPTIVE_DISTRIBUTED, SCALE_INIT.but(doc="the LayerNorm's ``scale`` initializer; ``None``: ones."),
+     BIAS_INIT.but(doc="the LayerNorm's ``bias`` initializer; ``None``: zeros."),
+     *_dense_inits("proj", "torch ``nn.Linear``'s, U(+-1/sqrt(cond_features))")),
+    _check_adaptive_layer_norm,
+)
+
+
+def adaptive_layer_norm_specs(cfg: Any, cond_features: int) -> dict[str, Any]:
+    features = cfg.features
     k = len(resolve_order(cfg.order, "jln AdaptiveLayerNorm"))
     return {
         "proj": dense_specs(cond_features, k * features, kernel_init=cfg.proj_kernel_init,
@@ -374,7 +490,7 @@ def adaptive_layer_norm_specs(cfg: AdaptiveLayerNormConfig, cond_features: int, 
     }
 
 
-def apply_adaptive_layer_norm(params: Params, x: Array, cond: Array, cfg: AdaptiveLayerNormConfig) -> tuple[Array, Stats]:
+def apply_adaptive_layer_norm(params: Params, x: Array, cond: Array, cfg: Any) -> tuple[Array, Stats]:
     """The seed's AdaptiveLN: ``LN(x) * (1 + gamma) + beta``, ``(gamma, beta) = proj(cond)``."""
     fn = "jln AdaptiveLayerNorm"
     _checks.check_floating(x, fn)
@@ -390,38 +506,37 @@ def apply_adaptive_layer_norm(params: Params, x: Array, cond: Array, cfg: Adapti
     return y, _record(cfg.monitor, xi, y, -1, fn)
 
 
-@dataclasses.dataclass(frozen=True)
-class AdaLNZeroConfig:
-    num_chunks: int = 6
-    eps: float = 1e-6
-    use_bias: bool = True
-    dtype: Any = None
-    impl: str = "auto"
-    monitor: bool = False
-    axis_name: Any = None  # distributed: mesh axis splitting the feature axis
-    axis_index_groups: Any = None
-    linear_kernel_init: Any = None  # the Dense linear; None: zeros (adaLN-Zero)
-    linear_bias_init: Any = None
-
-    def __post_init__(self) -> None:
-        fn = "jln AdaLNZero"
-        check_inits(self, fn, ("linear_kernel_init", "linear_bias_init"))
-        if self.num_chunks not in (6, 3):
-            raise ValueError(
-                f"{fn}: `num_chunks` must be 6 (DiT / AdaLayerNormZero) or 3 "
-                f"(AdaLayerNormZeroSingle); received {self.num_chunks!r}."
-            )
-        _checks.check_eps(self.eps, fn)
-        _check_common(self, fn)
+def _check_ada_ln_zero(cfg: Any) -> None:
+    fn = "jln AdaLNZero"
+    check_inits(cfg, fn, ("linear_kernel_init", "linear_bias_init"))
+    set_positive(cfg, ("features",), fn)
+    if cfg.num_chunks not in (6, 3):
+        raise ValueError(
+            f"{fn}: `num_chunks` must be 6 (DiT / AdaLayerNormZero) or 3 "
+            f"(AdaLayerNormZeroSingle); received {cfg.num_chunks!r}."
+        )
+    _checks.check_eps(cfg.eps, fn)
+    _check_common(cfg, fn)
 
 
-def ada_ln_zero_specs(cfg: AdaLNZeroConfig, cond_features: int, features: int) -> dict[str, Any]:
+AdaLNZeroConfig = make_config(
+    "AdaLNZeroConfig",
+    (FEATURES, Option("num_chunks", "int", 6, "6 (DiT order: shift_msa, scale_msa, gate_msa, shift_mlp, "
+                      "scale_mlp, gate_mlp) or 3 (shift_msa, scale_msa, gate_msa)."),
+     EPS.but(default=1e-6, doc="LayerNorm eps (DiT: 1e-6)."), USE_BIAS.but(doc="the Dense ``linear``'s bias."),
+     *COMPUTE, *ADAPTIVE_DISTRIBUTED, *_dense_inits("linear", "zeros (adaLN-Zero)")),
+    _check_ada_ln_zero,
+)
+
+
+def ada_ln_zero_specs(cfg: Any, cond_features: int) -> dict[str, Any]:
+    features = cfg.features
     kernel, bias = cfg.linear_kernel_init or zeros, cfg.linear_bias_init or zeros
     return {"linear": dense_specs(cond_features, cfg.num_chunks * features, use_bias=cfg.use_bias,
                                   kernel_init=kernel, bias_init=bias)}
 
 
-def apply_ada_ln_zero(params: Params, x: Array, emb: Array, cfg: AdaLNZeroConfig) -> tuple[tuple[Array, ...], Stats]:
+def apply_ada_ln_zero(params: Params, x: Array, emb: Array, cfg: Any) -> tuple[tuple[Array, ...], Stats]:
     """DiT's adaLN-Zero: ``chunks = linear(SiLU(emb))``; ``LN(x) * (1 + scale_msa) + shift_msa``."""
     fn = "jln AdaLNZero"
     _checks.check_floating(x, fn)
@@ -442,31 +557,31 @@ def apply_ada_ln_zero(params: Params, x: Array, emb: Array, cfg: AdaLNZeroConfig
 NORM_TYPES = ("layer_norm", "rms_norm")
 
 
-@dataclasses.dataclass(frozen=True)
-class AdaLNContinuousConfig:
-    eps: float = 1e-5
-    elementwise_affine: bool = True
-    use_bias: bool = True
-    norm_type: str = "layer_norm"
-    dtype: Any = None
-    impl: str = "auto"
-    monitor: bool = False
-    axis_name: Any = None  # distributed: mesh axis splitting the feature axis
-    axis_index_groups: Any = None
-    scale_init: Any = None  # the norm's scale and bias (elementwise_affine); None: ones and zeros
-    bias_init: Any = None
-    linear_kernel_init: Any = None  # the Dense linear; None: torch's nn.Linear init
-    linear_bias_init: Any = None
-
-    def __post_init__(self) -> None:
-        fn = "jln AdaLNContinuous"
-        check_inits(self, fn, ("scale_init", "bias_init", "linear_kernel_init", "linear_bias_init"))
-        _checks.check_choice(self.norm_type, "norm_type", NORM_TYPES, fn)
-        _checks.check_eps(self.eps, fn)
-        _check_common(self, fn)
+def _check_ada_ln_continuous(cfg: Any) -> None:
+    fn = "jln AdaLNContinuous"
+    check_inits(cfg, fn, ("scale_init", "bias_init", "linear_kernel_init", "linear_bias_init"))
+    set_positive(cfg, ("features",), fn)
+    _checks.check_choice(cfg.norm_type, "norm_type", NORM_TYPES, fn)
+    _checks.check_eps(cfg.eps, fn)
+    _check_common(cfg, fn)
 
 
-def ada_ln_continuous_specs(cfg: AdaLNContinuousConfig, cond_features: int, features: int) -> dict[str, Any]:
+AdaLNContinuousConfig = make_config(
+    "AdaLNContinuousConfig",
+    (FEATURES, EPS.but(doc="the norm's eps (1e-5)."),
+     Option("elementwise_affine", "bool", True, "the norm's own ``scale`` (and ``bias`` for layer_norm)."),
+     USE_BIAS.but(doc="the Dense bias and the LayerNorm bias (diffusers' ``bias``)."),
+     Option("norm_type", "str", "layer_norm", "``\"layer_norm\"`` or ``\"rms_norm\"`` (diffusers' RMSNorm)."),
+     *COMPUTE, *ADAPTIVE_DISTRIBUTED,
+     SCALE_INIT.but(doc="the norm's ``scale`` initializer (with ``elementwise_affine``); ``None``: ones."),
+     BIAS_INIT.but(doc="the norm's ``bias`` initializer; ``None``: zeros."),
+     *_dense_inits("linear", "torch ``nn.Linear``'s")),
+    _check_ada_ln_continuous,
+)
+
+
+def ada_ln_continuous_specs(cfg: Any, cond_features: int) -> dict[str, Any]:
+    features = cfg.features
     specs: dict[str, Any] = {"linear": dense_specs(cond_features, 2 * features, use_bias=cfg.use_bias,
                                                    kernel_init=cfg.linear_kernel_init,
                                                    bias_init=cfg.linear_bias_init)}
@@ -478,7 +593,7 @@ def ada_ln_continuous_specs(cfg: AdaLNContinuousConfig, cond_features: int, feat
     return specs
 
 
-def apply_ada_ln_continuous(params: Params, x: Array, cond: Array, cfg: AdaLNContinuousConfig) -> tuple[Array, Stats]:
+def apply_ada_ln_continuous(params: Params, x: Array, cond: Array, cfg: Any) -> tuple[Array, Stats]:
     """SD3/Flux ``norm_out``: ``(scale, shift) = linear(SiLU(cond))``; ``norm(x) * (1 + scale) + shift``."""
     fn = "jln AdaLNContinuous"
     _checks.check_floating(x, fn)
@@ -614,40 +729,44 @@ def mha(
 ACTIVATIONS = ("relu", "gelu")
 
 
-@dataclasses.dataclass(frozen=True)
-class EncoderLayerConfig:
-    d_model: int
-    nhead: int
-    dim_feedforward: int = 2048
-    dropout: float = 0.1
-    activation: str = "relu"
-    layer_norm_eps: float = 1e-5
-    batch_first: bool = False  # (torch's order: batch_first, norm_first, bias)
-    norm_first: bool = False
-    bias: bool = True  # the Linear layers' and the LayerNorms' biases
-    dtype: Any = None
-    impl: str = "auto"
-    monitor: bool = False
-    kernel_init: Any = None  # every Dense kernel; None: torch's (MultiheadAttention's, Linear's)
-    bias_init: Any = None  # every Dense bias; None: torch's
-
-    def __post_init__(self) -> None:
-        fn = "jln TransformerEncoderLayer"
-        check_inits(self, fn, ("kernel_init", "bias_init"))
-        set_positive(self, ("d_model", "nhead", "dim_feedforward"), fn)
-        if self.d_model % self.nhead:
-            raise ValueError(
-                f"{fn}: `d_model` must be divisible by `nhead`; received d_model={self.d_model}, "
-                f"nhead={self.nhead}."
-            )
-        if not 0.0 <= float(self.dropout) < 1.0:
-            raise ValueError(f"{fn}: `dropout` must be in [0, 1); received {self.dropout!r}.")
-        _checks.check_choice(self.activation, "activation", ACTIVATIONS, fn)
-        _checks.check_eps(self.layer_norm_eps, fn)
-        _check_common(self, fn)
+def _check_encoder_layer(cfg: Any) -> None:
+    fn = "jln TransformerEncoderLayer"
+    check_inits(cfg, fn, ("kernel_init", "bias_init"))
+    set_positive(cfg, ("d_model", "nhead", "dim_feedforward"), fn)
+    if cfg.d_model % cfg.nhead:
+        raise ValueError(
+            f"{fn}: `d_model` must be divisible by `nhead`; received d_model={cfg.d_model}, "
+            f"nhead={cfg.nhead}."
+        )
+    if not 0.0 <= float(cfg.dropout) < 1.0:
+        raise ValueError(f"{fn}: `dropout` must be in [0, 1); received {cfg.dropout!r}.")
+    _checks.check_choice(cfg.activation, "activation", ACTIVATIONS, fn)
+    _checks.check_eps(cfg.layer_norm_eps, fn)
+    _check_common(cfg, fn)
 
 
-def encoder_layer_specs(cfg: EncoderLayerConfig) -> dict[str, Any]:
+_TORCH = "as torch's ``nn.TransformerEncoderLayer``"
+EncoderLayerConfig = make_config(
+    "EncoderLayerConfig",
+    (_req("d_model", f"the model width, {_TORCH}."), _req("nhead", f"attention heads, {_TORCH}."),
+     Option("dim_feedforward", "int", 2048, f"the feed-forward width, {_TORCH}."),
+     Option("dropout", "float", 0.1, "dropout rate on the attention weights, after the activation and on "
+            "each branch (off unless asked for: linen ``deterministic=False``, NNX ``.train()``)."),
+     Option("activation", "str", "relu", "``\"relu\"`` or ``\"gelu\"`` (exact)."),
+     EPS.but(name="layer_norm_eps", doc=f"the LayerNorms' eps, {_TORCH}."),
+     Option("batch_first", "bool", False, "``src`` is ``[B, T, D]`` rather than ``[T, B, D]``."),
+     Option("norm_first", "bool", False, "Pre-LN (``x + SA(norm1(x))``) rather than Post-LN."),
+     Option("bias", "bool", True, "biases in the Linear layers and the LayerNorms."),
+     DTYPE.but(doc="compute dtype (default ``src.dtype``)."), *COMPUTE[1:],
+     INITS[0].but(doc="initializer of every Linear kernel; ``None``: torch's (q/k/v xavier-uniform over "
+                  "the packed ``[3d, d]`` weight, the others U(+-1/sqrt(fan_in)))."),
+     INITS[1].but(doc="initializer of every Linear bias; ``None``: torch's (attention biases 0, "
+                  "``linear1``/``linear2`` U(+-1/sqrt(fan_in))). The LayerNorms start as ones and zeros.")),
+    _check_encoder_layer,
+)
+
+
+def encoder_layer_specs(cfg: Any) -> dict[str, Any]:
     d, f, bias = cfg.d_model, cfg.dim_feedforward, bool(cfg.bias)
     norm = layer_norm_specs(LayerNormConfig(use_bias=bias), (d,))
     inits = dict(kernel_init=cfg.kernel_init, bias_init=cfg.bias_init)
@@ -667,7 +786,7 @@ def _activation(name: str, h: Array) -> Array:
 def apply_encoder_layer(
     params: Params,
     src: Array,
-    cfg: EncoderLayerConfig,
+    cfg: Any,
     *,
     src_mask: Array | None = None,
     src_key_padding_mask: Array | None = None,
@@ -742,45 +861,47 @@ def apply_encoder_layer(
 # --------------------------------------------------------------------------- DiT block
 
 
-@dataclasses.dataclass(frozen=True)
-class DiTBlockConfig:
-    hidden_size: int
-    num_heads: int
-    mlp_ratio: float = 4.0
-    dtype: Any = None
-    impl: str = "auto"
-    monitor: bool = False
-    kernel_init: Any = None  # every Dense kernel but adaLN_modulation's; None: DiT's xavier
-    bias_init: Any = None  # every Dense bias but adaLN_modulation's; None: zeros (DiT)
-
-    eps = 1e-6  # DiT's LayerNorms: eps 1e-6, no affine
-
-    def __post_init__(self) -> None:
-        fn = "jln DiTBlock"
-        check_inits(self, fn, ("kernel_init", "bias_init"))
-        set_positive(self, ("hidden_size", "num_heads"), fn)
-        if self.hidden_size % self.num_heads:
-            raise ValueError(
-                f"{fn}: `hidden_size` must be divisible by `num_heads`; received "
-                f"hidden_size={self.hidden_size}, num_heads={self.num_heads}."
-            )
-        if isinstance(self.mlp_ratio, bool) or not isinstance(self.mlp_ratio, (int, float, np.integer, np.floating)):
-            raise TypeError(f"{fn}: `mlp_ratio` must be a number; received {self.mlp_ratio!r}.")
-        if self.mlp_hidden <= 0:
-            raise ValueError(
-                f"{fn}: the MLP's hidden size int(hidden_size * mlp_ratio) must be at least 1; "
-                f"received hidden_size={self.hidden_size}, mlp_ratio={self.mlp_ratio!r}, which give "
-                f"{self.mlp_hidden}. Use a larger mlp_ratio (DiT uses 4.0)."
-            )
-        _check_common(self, fn)
-
-    @property
-    def mlp_hidden(self) -> int:
-        return int(self.hidden_size * self.mlp_ratio)
+def _check_dit_block(cfg: Any) -> None:
+    fn = "jln DiTBlock"
+    check_inits(cfg, fn, ("kernel_init", "bias_init"))
+    set_positive(cfg, ("hidden_size", "num_heads"), fn)
+    if cfg.hidden_size % cfg.num_heads:
+        raise ValueError(
+            f"{fn}: `hidden_size` must be divisible by `num_heads`; received "
+            f"hidden_size={cfg.hidden_size}, num_heads={cfg.num_heads}."
+        )
+    if isinstance(cfg.mlp_ratio, bool) or not isinstance(cfg.mlp_ratio, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{fn}: `mlp_ratio` must be a number; received {cfg.mlp_ratio!r}.")
+    if _mlp_hidden(cfg) <= 0:
+        raise ValueError(
+            f"{fn}: the MLP's hidden size int(hidden_size * mlp_ratio) must be at least 1; "
+            f"received hidden_size={cfg.hidden_size}, mlp_ratio={cfg.mlp_ratio!r}, which give "
+            f"{_mlp_hidden(cfg)}. Use a larger mlp_ratio (DiT uses 4.0)."
+        )
+    _check_common(cfg, fn)
 
 
-def dit_block_specs(cfg: DiTBlockConfig) -> dict[str, Any]:
-    d, h = cfg.hidden_size, cfg.mlp_hidden
+def _mlp_hidden(cfg: Any) -> int:
+    return int(cfg.hidden_size * cfg.mlp_ratio)
+
+
+DiTBlockConfig = make_config(
+    "DiTBlockConfig",
+    (_req("hidden_size", "the token width, as DiT."), _req("num_heads", "attention heads, as DiT."),
+     Option("mlp_ratio", "float", 4.0, "the MLP's hidden size is ``int(hidden_size * mlp_ratio)``."),
+     DTYPE.but(doc="compute dtype (default ``x.dtype``)."), *COMPUTE[1:],
+     INITS[0].but(doc="initializer of every Dense kernel but ``adaLN_modulation``'s (zero, so the block "
+                  "starts as the identity); ``None``: DiT's xavier-uniform (q/k/v over the packed "
+                  "``[3d, d]`` weight)."),
+     INITS[1].but(doc="initializer of every Dense bias but ``adaLN_modulation``'s; ``None``: zeros (DiT).")),
+    _check_dit_block,
+    eps=1e-6,  # DiT's LayerNorms: eps 1e-6, no affine
+    mlp_hidden=property(_mlp_hidden),
+)
+
+
+def dit_block_specs(cfg: Any) -> dict[str, Any]:
+    d, h = cfg.hidden_size, _mlp_hidden(cfg)
     return {
         "adaLN_modulation": dense_specs(d, 6 * d, zero=True),
         # DiT's initialize_weights: xavier_uniform kernels (timm's packed qkv Linear included),
@@ -794,7 +915,7 @@ def dit_block_specs(cfg: DiTBlockConfig) -> dict[str, Any]:
     }
 
 
-def apply_dit_block(params: Params, x: Array, c: Array, cfg: DiTBlockConfig) -> tuple[Array, Stats]:
+def apply_dit_block(params: Params, x: Array, c: Array, cfg: Any) -> tuple[Array, Stats]:
     """DiT block with adaLN-Zero; the identity at initialisation (zero gates)."""
     fn = "jln DiTBlock"
     _checks.check_floating(x, fn)
@@ -823,3 +944,229 @@ def apply_dit_block(params: Params, x: Array, c: Array, cfg: DiTBlockConfig) -> 
     h = dense(m["fc2"], jax.nn.gelu(dense(m["fc1"], h, dt), approximate=True), dt)
     xi = xi + modulate(h, None, ch["gate_mlp"], scale_offset=0.0)
     return _cast_out(xi, cfg.dtype), (stats if cfg.monitor else None)
+
+
+# --------------------------------------------------------------------------- module kinds
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """One module kind, everything :mod:`jln.linen` and :mod:`jln.nnx` build their class from.
+
+    The options are the fields of ``config`` (linen fields and NNX arguments, in that order;
+    NNX takes the ``shapes`` first and the first ``positional`` options positionally). A call
+    ``module(*inputs, *call_options)`` creates ``specs(cfg, *shapes)`` and returns
+    ``apply(params, *inputs, cfg, **call_options)``; ``dropout`` kinds take a ``dropout_fn``
+    there too (linen: ``deterministic=False`` at the call, NNX: ``.train()``).
+    """
+
+    name: str
+    config: type
+    specs: Callable[..., dict[str, Any]]
+    apply: Callable[..., tuple[Any, Stats]]
+    inputs: tuple[str, ...]
+    doc: str  # summary line and body
+    returns: str
+    raises: str
+    examples: tuple[str, str]  # (linen, nnx)
+    rngs_doc: str
+    shapes: tuple[Shape, ...] = ()
+    positional: int = 0
+    call_options: tuple[tuple[str, Any], ...] = ()  # (name, default), after the inputs
+    dropout: bool = False
+    flax_twin: bool = False  # flax has a module of this name (jln.flax.<api>.<name>)
+
+    @property
+    def options(self) -> tuple[dataclasses.Field[Any], ...]:
+        return dataclasses.fields(self.config)
+
+    def docstring(self, api: str) -> str:
+        """The class docstring of the ``api`` (``"linen"``/``"nnx"``) face."""
+        def entry(name: str, doc: str) -> str:
+            return textwrap.fill(f"{name}: {doc}", 96, initial_indent="  ", subsequent_indent="    ")
+
+        def para(text: str) -> str:
+            return "\n\n".join(textwrap.fill(p, 96) for p in text.split("\n\n"))
+
+        opts = [entry(f.name, f.metadata["doc"]) for f in self.options]
+        if api == "linen":
+            head, items = "Attributes:", opts
+        else:
+            head = "Args:"
+            items = [entry(s.name, s.doc) for s in self.shapes] + opts + [entry("rngs", self.rngs_doc)]
+        twin = f"The NNX twin of :class:`jln.linen.{self.name}` (same options, parameters and numbers)."
+        parts = [para(self.doc), *([twin] if api == "nnx" else []), head + "\n" + "\n".join(items),
+                 para("Returns " + self.returns), "Raises:\n" + entry(*self.raises.split(": ", 1)),
+                 "Example:\n  " + self.examples[api == "nnx"]]
+        return "\n\n".join(parts)
+
+
+#: flax's norm arguments that jln's modules name otherwise or do not take: the jln options
+#: that stand for them (the first the kind has), or why there is none
+FLAX_ARGS: dict[str, tuple[tuple[str, ...], str]] = {
+    "epsilon": (("eps", "layer_norm_eps"), ""),
+    "reduction_axes": (("axis",), "the normalized axes"),
+    "feature_axes": (("axis",), "jln's scale and bias always have x's shape at the normalized axes"),
+    "use_fast_variance": ((), "jln always takes the variance as the mean of squared deviations from "
+                              "the mean, in float32; drop it"),
+    "force_float32_reductions": ((), "jln always reduces in float32, float64 for float64 input; drop it"),
+    "promote_dtype": ((), "dtype= sets the compute dtype; drop it"),
+    "scale_metadata": (("scale_init",), "wrap the initializer, e.g. flax.nnx.with_partitioning(init, axes)"),
+    "bias_metadata": (("bias_init",), "wrap the initializer, e.g. flax.nnx.with_partitioning(init, axes)"),
+}
+
+
+def flax_hint(kind: Kind, kwargs: Mapping[str, Any], api: str) -> None:
+    """``TypeError`` saying what jln calls it when ``kwargs`` holds one of flax's norm
+    arguments that ``kind`` does not take (``epsilon`` -> ``eps``...)."""
+    have = {f.name for f in kind.options} | {s.name for s in kind.shapes}
+    for name in kwargs:
+        if name in have or name not in FLAX_ARGS:
+            continue
+        options, why = FLAX_ARGS[name]
+        ours = next((o for o in options if o in have), None)
+        said = f"jln calls it {ours}=..." if ours is not None else f"jln's {kind.name} has no such option"
+        twin = (f"; for flax's exact signature and defaults use jln.flax.{api}.{kind.name}"
+                if kind.flax_twin else "")
+        raise TypeError(
+            f"jln.{api}.{kind.name} got flax's argument {name!r}: {said}"
+            f"{f' ({why})' if why else ''}{twin}."
+        )
+
+
+_LINEN = ">>> import jax, jax.numpy as jnp\n  >>> from jln import linen as jnn\n"
+_NNX = ">>> import jax.numpy as jnp\n  >>> from flax import nnx\n  >>> from jln import nnx as jnnx\n"
+_NORM_RNGS = "the key of an initializer other than ones and zeros; otherwise unused."
+_DENSE_RNGS = "``nnx.Rngs`` for the Dense kernel init."
+_MODULATED = "array like ``x``, dtype ``x.dtype`` (or ``dtype``)."
+_SHARDING = (
+    "Sharding: under ``jax.jit`` with ``NamedSharding`` the batch and sequence axes of the input "
+    "may be split across devices (data/sequence parallelism; XLA partitions attention and the "
+    "norms). The hidden axis must not be split: the attention and feed-forward layers are not "
+    "tensor-parallel, so the block takes no ``axis_name``."
+)
+
+LAYER_NORM = Kind(
+    "LayerNorm", LayerNormConfig, layer_norm_specs, apply_layer_norm, ("x",),
+    doc="LayerNorm with torch's numbers: ``(x - E[x]) / sqrt(Var[x] + eps) * scale + bias``.\n\n"
+        "Biased variance, eps inside the square root, statistics in float32 (float64 for float64 "
+        "input); the module calls :func:`jln.layer_norm`.",
+    returns="(``__call__(x)``): array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).",
+    raises="TypeError, ValueError: as :func:`jln.layer_norm` (NNX: also an ``x`` whose shape at "
+           "``axis`` is not ``num_features``); ``TypeError`` for an initializer that is not callable, "
+           "or (NNX) one other than ones and zeros without ``rngs``, and for flax's argument names "
+           "(``epsilon``...), saying jln's.",
+    examples=(_LINEN + "  >>> x = jnp.arange(8.0).reshape(2, 4)\n  >>> variables = jnn.LayerNorm().init("
+              "jax.random.key(0), x)\n  >>> jnn.LayerNorm().apply(variables, x).shape\n  (2, 4)",
+              _NNX + "  >>> jnnx.LayerNorm(4)(jnp.arange(8.0).reshape(2, 4)).shape\n  (2, 4)"),
+    rngs_doc=_NORM_RNGS, shapes=(NUM_FEATURES,), flax_twin=True,
+)
+RMS_NORM = dataclasses.replace(
+    LAYER_NORM, name="RMSNorm", config=RMSNormConfig, specs=rms_norm_specs, apply=apply_rms_norm,
+    doc="RMSNorm in torch's convention or a named model's: ``x * rsqrt(mean(x^2) + eps) * scale``.\n\n"
+        "The exact cast order and eps default of each convention are those of :func:`jln.rms_norm`.",
+    returns="(``__call__(x)``): array of ``x.shape``, dtype by the convention (or ``dtype``).",
+    raises="TypeError, ValueError: as :func:`jln.rms_norm`; ``ValueError`` for ``use_bias`` outside "
+           "the diffusers convention; otherwise as :class:`LayerNorm`.",
+    examples=(_LINEN + "  >>> m = jnn.RMSNorm(convention=\"llama\")\n  >>> x = jnp.ones((2, 4))\n  >>> "
+              "m.apply(m.init(jax.random.key(0), x), x).dtype\n  dtype('float32')",
+              _NNX + "  >>> jnnx.RMSNorm(4, convention=\"gemma\").scale[...]\n  Array([0., 0., 0., 0.], "
+              "dtype=float32)"),
+)
+ADAPTIVE_LAYER_NORM = Kind(
+    "AdaptiveLayerNorm", AdaptiveLayerNormConfig, adaptive_layer_norm_specs, apply_adaptive_layer_norm,
+    ("x", "cond"),
+    doc="The seed's AdaptiveLN: ``LN(x) * (1 + gamma) + beta`` with ``(gamma, beta) = proj(cond)``.\n\n"
+        "``proj`` is a Dense ``cond_features -> 2 * features`` (torch ``nn.Linear``); the LayerNorm "
+        "has its own affine (``norm/scale``, ``norm/bias``). Calls :func:`jln.adaptive_layer_norm` "
+        "(norm and modulation in one fused body).",
+    returns="(``__call__(x, cond)``): ``x [B, ..., d]`` modulated by ``cond [B, c]`` (broadcast over "
+            "the token axes) or ``cond`` with ``x``'s leading shape; " + _MODULATED,
+    raises="TypeError, ValueError: non-floating inputs, mismatched feature sizes, a bad ``order``, "
+           "an initializer that is not callable (NNX: a random one without ``rngs``).",
+    examples=(_LINEN + "  >>> m = jnn.AdaptiveLayerNorm(features=8)\n  >>> x, c = jnp.ones((2, 5, 8)), "
+              "jnp.ones((2, 3))\n  >>> m.apply(m.init(jax.random.key(0), x, c), x, c).shape\n  (2, 5, 8)",
+              _NNX + "  >>> m = jnnx.AdaptiveLayerNorm(3, 8, rngs=nnx.Rngs(0))\n  >>> m(jnp.ones((2, 5, 8)), "
+              "jnp.ones((2, 3))).shape\n  (2, 5, 8)"),
+    rngs_doc=_DENSE_RNGS, shapes=(_cond_features("cond"),), positional=1,
+)
+ADA_LN_ZERO = Kind(
+    "AdaLNZero", AdaLNZeroConfig, ada_ln_zero_specs, apply_ada_ln_zero, ("x", "emb"),
+    doc="DiT's adaLN-Zero (diffusers ``AdaLayerNormZero`` / ``AdaLayerNormZeroSingle``).\n\n"
+        "``chunks = linear(SiLU(emb))`` with ``linear`` zero-initialised (the block starts as the "
+        "identity); ``x_mod = LN(x) * (1 + scale_msa) + shift_msa`` with a LayerNorm of eps 1e-6 "
+        "and no affine.",
+    returns="(``__call__(x, emb)``): ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp)`` for 6 "
+            "chunks, ``(x_mod, gate_msa)`` for 3; ``x_mod`` like ``x``, the others ``[B, d]``.",
+    raises="TypeError, ValueError: non-floating inputs, mismatched sizes, ``num_chunks`` not 3 or 6.",
+    examples=(_LINEN + "  >>> m = jnn.AdaLNZero(features=8)\n  >>> x, c = jnp.ones((2, 5, 8)), "
+              "jnp.ones((2, 8))\n  >>> len(m.apply(m.init(jax.random.key(0), x, c), x, c))\n  5",
+              _NNX + "  >>> x_mod, *rest = jnnx.AdaLNZero(8, 8)(jnp.ones((2, 5, 8)), jnp.ones((2, 8)))\n"
+              "  >>> x_mod.shape, len(rest)\n  ((2, 5, 8), 4)"),
+    rngs_doc="``nnx.Rngs``, needed only by a random ``linear_kernel_init``/``linear_bias_init`` (the "
+             "default zero init takes no key).",
+    shapes=(_cond_features("emb"),), positional=1,
+)
+ADA_LN_CONTINUOUS = Kind(
+    "AdaLNContinuous", AdaLNContinuousConfig, ada_ln_continuous_specs, apply_ada_ln_continuous, ("x", "cond"),
+    doc="SD3/Flux final-layer norm (diffusers ``AdaLayerNormContinuous``).\n\n"
+        "``(scale, shift) = linear(SiLU(cond))`` (that order); ``norm(x) * (1 + scale) + shift``, "
+        "``norm`` a LayerNorm (``jln.adaptive_layer_norm``) or diffusers' RMSNorm "
+        "(``jln.rms_norm(convention=\"diffusers\")`` then ``jln.modulate``).",
+    returns="(``__call__(x, cond)``): " + _MODULATED,
+    raises="TypeError, ValueError: as :class:`AdaptiveLayerNorm`; an unknown ``norm_type``.",
+    examples=(_LINEN + "  >>> m = jnn.AdaLNContinuous(features=8)\n  >>> x, c = jnp.ones((2, 5, 8)), "
+              "jnp.ones((2, 4))\n  >>> m.apply(m.init(jax.random.key(0), x, c), x, c).shape\n  (2, 5, 8)",
+              _NNX + "  >>> jnnx.AdaLNContinuous(4, 8, rngs=nnx.Rngs(0))(jnp.ones((2, 5, 8)), "
+              "jnp.ones((2, 4))).shape\n  (2, 5, 8)"),
+    rngs_doc=_DENSE_RNGS, shapes=(_cond_features("cond"),), positional=1,
+)
+TRANSFORMER_ENCODER_LAYER = Kind(
+    "TransformerEncoderLayer", EncoderLayerConfig, encoder_layer_specs, apply_encoder_layer, ("src",),
+    doc="``torch.nn.TransformerEncoderLayer``: same options (in torch's order), same eval-mode numbers.\n\n"
+        "Post-LN (``norm_first=False``): ``x = norm1(x + SA(x)); x = norm2(x + FF(x))``. Pre-LN "
+        "(``norm_first=True``): ``x = x + SA(norm1(x)); x = x + FF(norm2(x))``. ``SA`` is multi-head "
+        "self-attention (scaled dot product, softmax in float32), ``FF(x) = linear2(dropout("
+        "activation(linear1(x))))``; norms are :func:`jln.layer_norm`. Dropout is off unless asked "
+        "for: linen ``deterministic=False`` at the call (rng stream ``\"dropout\"``); the NNX module's "
+        "``nnx.Dropout`` is on after construction (like a fresh torch module), off after "
+        "``.eval()``, on again after ``.train()``.\n\n" + _SHARDING,
+    returns="(``__call__(src, src_mask=None, src_key_padding_mask=None, is_causal=False)``, torch's "
+            "arguments in torch's order; linen adds ``*, deterministic=True``): array like ``src`` "
+            "(``[T, B, D]``, ``[B, T, D]`` with ``batch_first``, or unbatched ``[T, D]``), dtype "
+            "``src.dtype`` (or ``dtype``). ``src_mask [T, T]`` or ``[B * nhead, T, T]``: True (bool) "
+            "forbids a query from attending to a key, a float mask is added to the scores (torch). "
+            "``src_key_padding_mask [B, T]`` (``[T]`` unbatched): True marks padding keys to ignore. "
+            "``is_causal=True`` without ``src_mask`` applies the causal mask (each position sees "
+            "itself and the ones before it; torch requires the mask with this hint). The monitor "
+            "records ``{\"norm1\": ..., \"norm2\": ...}``.",
+    raises="TypeError, ValueError: bad options (d_model not divisible by nhead, unknown activation, "
+           "dropout outside [0, 1)), bad ``src`` or mask shape/dtype; NNX: ``TypeError`` without ``rngs``.",
+    examples=(_LINEN + "  >>> m = jnn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16)\n"
+              "  >>> src = jnp.ones((5, 2, 8))\n  >>> m.apply(m.init(jax.random.key(0), src), src).shape\n"
+              "  (5, 2, 8)",
+              _NNX + "  >>> m = jnnx.TransformerEncoderLayer(8, 2, 16, rngs=nnx.Rngs(0))\n  >>> m.eval()\n"
+              "  >>> m(jnp.ones((5, 2, 8))).shape\n  (5, 2, 8)"),
+    rngs_doc="``nnx.Rngs`` for parameter init and the dropout stream.",
+    positional=9, dropout=True,
+    call_options=(("src_mask", None), ("src_key_padding_mask", None), ("is_causal", False)),
+)
+DIT_BLOCK = Kind(
+    "DiTBlock", DiTBlockConfig, dit_block_specs, apply_dit_block, ("x", "c"),
+    doc="A DiT block with adaLN-Zero conditioning (Peebles and Xie, 2023).\n\n"
+        "``emb = adaLN_modulation(SiLU(c))`` (zero-initialised Dense, 6 chunks in DiT's order); "
+        "``x = x + gate_msa * attn(LN(x) * (1 + scale_msa) + shift_msa)``, then "
+        "``x = x + gate_mlp * mlp(LN(x) * (1 + scale_mlp) + shift_mlp)``; LayerNorms with eps 1e-6 "
+        "and no affine, ``mlp = fc2(GELU_tanh(fc1(.)))``. At initialisation it returns ``x``.\n\n"
+        + _SHARDING.replace("feed-forward", "MLP") + " ``c`` follows the batch split.",
+    returns="(``__call__(x, c)``): ``x [B, T, D]`` updated, conditioned on ``c [B, D]``.",
+    raises="TypeError, ValueError: bad options or input shapes.",
+    examples=(_LINEN + "  >>> m = jnn.DiTBlock(hidden_size=8, num_heads=2)\n  >>> x, c = jnp.ones((2, 5, 8)), "
+              "jnp.ones((2, 8))\n  >>> bool((m.apply(m.init(jax.random.key(0), x, c), x, c) == x).all())\n"
+              "  True",
+              _NNX + "  >>> x = jnp.ones((2, 5, 8))\n  >>> bool((jnnx.DiTBlock(8, 2, rngs=nnx.Rngs(0))(x, "
+              "jnp.ones((2, 8))) == x).all())\n  True"),
+    rngs_doc="``nnx.Rngs`` for parameter init.", positional=2,
+)
+KINDS = (LAYER_NORM, RMS_NORM, ADAPTIVE_LAYER_NORM, ADA_LN_ZERO, ADA_LN_CONTINUOUS, TRANSFORMER_ENCODER_LAYER,
+         DIT_BLOCK)

@@ -1180,3 +1180,80 @@ def test_dit_block_initialises_as_dit_and_takes_initializers():
     np.testing.assert_array_equal(enc["norm1"]["scale"], 1.0)
     with pytest.raises(TypeError, match="kernel_init"):
         N.DiTBlock(8, 2, kernel_init="xavier", rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("name", MODULE_PAIRS)
+def test_linen_and_nnx_expose_the_same_options(name):
+    # one way to read a module's options on both faces: the same `.cfg`, and one attribute per
+    # option reading the same value (an NNX module kept `.cfg.convention` only, linen `.convention`)
+    import dataclasses
+
+    lm, nm, _ = module_pairs()[name]
+    assert lm.cfg == nm.cfg
+    names = [f.name for f in dataclasses.fields(nm.cfg)]
+    assert names == [f.name for f in dataclasses.fields(getattr(L, name)) if f.name not in ("parent", "name")]
+    for option in names:
+        assert getattr(lm, option) == getattr(nm, option) == getattr(nm.cfg, option), option
+    # read-only on NNX: options change by building a new module, as a linen module's do
+    with pytest.raises(AttributeError):
+        setattr(nm, names[-1], None)
+
+
+def test_module_docstrings_document_every_option():
+    import dataclasses
+    import inspect
+
+    for name in MODULE_PAIRS:
+        for api, section in ((L, "Attributes:"), (N, "Args:")):
+            doc = inspect.getdoc(getattr(api, name)) or ""
+            listed = doc.split(section)[1].split("Returns")[0]
+            options = [f.name for f in dataclasses.fields(getattr(L, name)) if f.name not in ("parent", "name")]
+            for option in options:
+                assert f"\n  {option}: " in listed, (api.__name__, name, option)
+            assert "Raises:" in doc and "Example:" in doc
+
+
+@pytest.mark.parametrize("api", ["linen", "nnx"])
+@pytest.mark.parametrize(
+    "cls, flax_arg, says",
+    [
+        ("LayerNorm", "epsilon", r"jln calls it eps=\.\.\.; for flax's exact signature and defaults use jln\.flax\.{api}\.LayerNorm"),
+        ("RMSNorm", "epsilon", r"jln calls it eps=\.\.\..*jln\.flax\.{api}\.RMSNorm"),
+        ("LayerNorm", "reduction_axes", r"jln calls it axis=\.\.\."),
+        ("RMSNorm", "feature_axes", r"jln calls it axis=\.\.\. \(jln's scale and bias"),
+        ("LayerNorm", "use_fast_variance", r"jln's LayerNorm has no such option \(.*squared deviations.*drop it\)"),
+        ("LayerNorm", "force_float32_reductions", r"jln's LayerNorm has no such option \(jln always reduces in float32"),
+        ("LayerNorm", "scale_metadata", r"jln calls it scale_init=\.\.\. \(wrap the initializer"),
+        ("AdaLNZero", "epsilon", r"jln calls it eps=\.\.\.\.$"),
+        ("TransformerEncoderLayer", "epsilon", r"jln calls it layer_norm_eps=\.\.\.\.$"),
+        ("DiTBlock", "epsilon", r"jln's DiTBlock has no such option\.$"),
+    ],
+)
+def test_flax_argument_names_say_what_jln_calls_them(api, cls, flax_arg, says):
+    # a flax user's argument names get a TypeError that names jln's option (and jln.flax for
+    # flax's own signature, where flax has the module), not Python's bare "unexpected keyword"
+    sizes = {"LayerNorm": (8,), "RMSNorm": (8,), "AdaLNZero": (8, 8), "TransformerEncoderLayer": (8, 2),
+             "DiTBlock": (8, 2)}[cls]
+    fields = {"AdaLNZero": dict(features=8), "TransformerEncoderLayer": dict(d_model=8, nhead=2),
+              "DiTBlock": dict(hidden_size=8, num_heads=2)}.get(cls, {})
+    with pytest.raises(TypeError, match=f"jln.{api}.{cls} got flax's argument '{flax_arg}': " + says.format(api=api)):
+        if api == "linen":
+            getattr(L, cls)(**fields, **{flax_arg: 1e-6})
+        else:
+            getattr(N, cls)(*sizes, **{flax_arg: 1e-6}, rngs=nnx.Rngs(0))
+    # flax's names that jln shares (use_bias, use_scale, scale_init, param_dtype...) are taken
+    L.LayerNorm(use_bias=False, use_scale=False, param_dtype=jnp.bfloat16)
+    N.RMSNorm(8, use_scale=False, param_dtype=jnp.bfloat16)
+    # other unknown names keep Python's own TypeError
+    with pytest.raises(TypeError, match="unexpected keyword argument 'epsilonn'"):
+        N.LayerNorm(8, epsilonn=1e-6)
+
+
+def test_linen_sizes_are_checked_like_nnx():
+    # `features` is an option of both faces now, checked the same way when linen builds its cfg
+    x, c = jnp.ones((2, 5, 8)), jnp.ones((2, 3))
+    with pytest.raises(ValueError, match=r"`features` must be a positive int; received 0"):
+        L.AdaptiveLayerNorm(features=0).init(jax.random.key(0), x, c)
+    with pytest.raises(ValueError, match=r"`features` must be a positive int; received 0"):
+        N.AdaptiveLayerNorm(3, 0, rngs=nnx.Rngs(0))
+    assert L.AdaptiveLayerNorm(features=np.int64(8)).cfg.features == 8

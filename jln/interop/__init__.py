@@ -191,7 +191,6 @@ def _expected_shapes(module: Any, layout: Any, flat: Mapping[str, Any]) -> dict[
     inputs are read off the given tree: the norm's feature shape off ``scale``/``bias``, a
     Dense's input size off its kernel."""
     from jln import _modules as M
-    from jln import linen as jl
 
     def size(path: str, axis: int, default: int = 1) -> int:
         a = flat.get(path)
@@ -200,9 +199,8 @@ def _expected_shapes(module: Any, layout: Any, flat: Mapping[str, Any]) -> dict[
     cls = layout.jln_class
     if cls == "Dense":
         return _spec_shapes(M.dense_specs(size("kernel", 0), int(module.features), use_bias=bool(module.use_bias)))
+    cfg = module.cfg  # the options, the same way on every jln module
     if cls in ("LayerNorm", "RMSNorm"):
-        cfg_cls = M.LayerNormConfig if cls == "LayerNorm" else M.RMSNormConfig
-        cfg = jl._cfg(module, cfg_cls)
         n_axes = 1 if isinstance(cfg.axis, int) else len(cfg.axis)
         given = next((tuple(flat[k].shape) for k in ("scale", "bias") if k in flat), None)
         if given is not None and len(given) != n_axes:
@@ -214,12 +212,9 @@ def _expected_shapes(module: Any, layout: Any, flat: Mapping[str, Any]) -> dict[
         features = given if given is not None else (1,) * n_axes
         return _spec_shapes((M.layer_norm_specs if cls == "LayerNorm" else M.rms_norm_specs)(cfg, features))
     if cls == "AdaLNZero":
-        cfg = jl._cfg(module, M.AdaLNZeroConfig)
-        return _spec_shapes(M.ada_ln_zero_specs(cfg, size("linear/kernel", 0), int(module.features)))
+        return _spec_shapes(M.ada_ln_zero_specs(cfg, size("linear/kernel", 0)))
     if cls == "AdaLNContinuous":
-        cfg = jl._cfg(module, M.AdaLNContinuousConfig)
-        return _spec_shapes(M.ada_ln_continuous_specs(cfg, size("linear/kernel", 0), int(module.features)))
-    cfg = jl._cfg(module, M.EncoderLayerConfig)
+        return _spec_shapes(M.ada_ln_continuous_specs(cfg, size("linear/kernel", 0)))
     return _spec_shapes(M.encoder_layer_specs(cfg))
 
 
