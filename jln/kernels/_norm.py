@@ -17,9 +17,9 @@ run through :func:`jln.kernels._portable.portable`, and
 the backward takes their cotangents with ``jax.vjp`` inside the kernel, so no convention's
 rounding is written twice.
 
-Residuals: reverse mode keeps ``x`` (own dtype), per-row float32 statistics (the mean about
-the row's pivot, as the core saves it, and rstd; the seed convention's clamped denominator)
-and the parameters, the same budget as the XLA path.
+Residuals: reverse mode keeps ``x`` (own dtype), per-row float32 statistics (the row mean
+rounded to one float, as the core saves it, and rstd; the seed convention's clamped
+denominator) and the parameters, the same budget as the XLA path.
 """
 
 from __future__ import annotations
@@ -162,15 +162,27 @@ def _first_column(plan: Plan, ref: Any, x: Array, rows_ok: Array, rows: Any = No
     return x[:, :1]
 
 
-def _ln_centered(x: Array, pivot: Array, cols_ok: Array | None, n: int) -> tuple[Array, Array, Array]:
-    """``(m, d, var)``: mirrors :func:`jln._stats.centered` over the ``n`` valid columns.
+def _ln_centered_stats(
+    x: Array, pivot: Array, cols_ok: Array | None, n: int
+) -> tuple[Array, Array, Array]:
+    """``(hi, d, var)`` over the ``n`` valid columns: mirrors :func:`jln._stats.centered`.
 
-    ``m`` is the mean about the pivot (what the core saves as ``jln.mean``); ``d = x - pivot - m``.
+    ``hi = pivot + mean(x - pivot)`` is the row mean rounded to one float (what the core saves
+    as ``jln.mean``), then :func:`_ln_about` gives ``d = (x - hi) - c`` and
+    ``var = mean((x - hi)^2) - c^2`` with ``c = mean(x - hi)``.
     """
-    xs = _zero_outside(cols_ok, x - pivot)
-    m = _row_sum(xs) / n
-    d = _zero_outside(cols_ok, xs - m)
-    return m, d, _row_sum(d * d) / n
+    hi = pivot + _row_sum(_zero_outside(cols_ok, x - pivot)) / n
+    d, sq, c = _ln_about(x, hi, cols_ok, n)
+    return hi, d, jnp.maximum(sq - c * c, 0.0)
+
+
+def _ln_about(x: Array, hi: Array, cols_ok: Array | None, n: int) -> tuple[Array, Array, Array]:
+    """``(d, mean(e^2), c)`` for ``e = x - hi`` (zero outside the valid columns) and its row
+    mean ``c``: the centred row ``d = e - c`` (mirrors :func:`jln._stats._about`; the backward
+    recomputes ``c`` from ``x`` and the saved ``hi``)."""
+    e = _zero_outside(cols_ok, x - hi)
+    c = _row_sum(e) / n
+    return _zero_outside(cols_ok, e - c), _row_sum(e * e) / n, c
 
 
 def _rstd(var: Array, eps: float) -> Array:
@@ -226,7 +238,7 @@ def _fwd_kernel(spec: Spec, *refs: Any) -> None:
     ops = _load_operands(spec, op_refs, rows_ok, cols_ok)
     if spec.op == "ln":
         assert pivot is not None
-        m, d, var = _ln_centered(x, pivot, cols_ok, plan.n)
+        m, d, var = _ln_centered_stats(x, pivot, cols_ok, plan.n)
         rstd = _rstd(var, spec.eps)
         y = _tail(spec)(d * rstd, *ops)
         y_ref, m_ref, rstd_ref = out_refs
@@ -271,8 +283,9 @@ def _bwd_block(spec: Spec, refs: Any, r0: Any, first_row: Any) -> list[Array | N
     seed = spec.op == "rms" and spec.seed
     stats = [_load(plan, r, rows_ok) for r in stat_refs]
     if spec.op == "ln":
-        m, rstd = stats
-        xhat = _zero_outside(cols_ok, (x - _first_column(plan, refs[0], x, rows_ok, rows) - m) * rstd)
+        hi, rstd = stats
+        d, _, _ = _ln_about(x, hi, cols_ok, plan.n)  # (its unused row sum of squares is dropped)
+        xhat = d * rstd
     elif seed:
         (denom,) = stats
         denom = jnp.where(rows_ok, denom, 1.0)
