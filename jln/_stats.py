@@ -126,10 +126,10 @@ def count(
 
 # --- statistics over a normalized axis sharded across devices (``axis_name=``) ----------------
 # Each device holds an equal block of every row. RMSNorm needs one psum of the per-row sum of
-# squares. LayerNorm all-gathers each device's per-row (pivot, mean about that pivot, M2) in
-# ONE collective and merges them (Chan et al.'s parallel update) about the global pivot, the
-# first element of the row (device 0's pivot): differences of pivots are exact for clustered
-# data, so the sharded result keeps the unsharded accuracy. The transposes of the collectives
+# squares. LayerNorm all-gathers each device's per-row (rounded mean hi, its residual c, M2) in
+# ONE collective and merges them (Chan et al.'s parallel update) about device 0's hi:
+# differences of nearby hi are exact for clustered data, so the sharded result keeps the
+# unsharded accuracy at large offsets (near the mean, see :func:`_merged_centered`). The transposes of the collectives
 # (reduce-scatter, psum) do the cross-device reduction of dx in the backward pass.
 
 
