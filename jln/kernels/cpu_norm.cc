@@ -1003,7 +1003,7 @@ void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* me
 // One sweep over NR rows and the NR rows after them, read in place or (NR = 1) from scratch
 // rows: the output of rows r..r+NR-1 (offset o, statistics st[k], their shared parameter rows
 // rp) and the first statistics pass of the NR rows `gap` elements on (the next step's), whose
-// statistics (center: the pivot and the mean about it; RMS: rstd) it writes to nx. The next rows' loads (from memory) and these rows'
+// statistics (center: the rounded mean hi; RMS: rstd) it writes to nx. The next rows' loads (from memory) and these rows'
 // stores then stream side by side, as in a copy, and the rows' arithmetic is independent, so
 // none waits for another; the source rows after the next ones are hinted into cache on the
 // way. Specialized on (center, scale, bias), RW and MOD as simple_out_t; each row's sum is
