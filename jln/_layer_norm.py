@@ -33,8 +33,9 @@ def layer_norm(
         y = \frac{x - \mathrm{E}[x]}{\sqrt{\mathrm{Var}[x] + \epsilon}} \cdot \mathrm{scale} + \mathrm{bias}
 
     with the biased variance (divide by N) and ``eps`` inside the square root. Statistics are
-    taken over ``axis`` in float32 (float64 for float64 input), about a per-row pivot, so large
-    offsets keep full precision and the variance is never negative. Reverse mode keeps only
+    taken over ``axis`` in float32 (float64 for float64 input): the mean about a per-row pivot,
+    rounded, plus its residual, so large offsets keep full precision, values near the mean are
+    centred as accurately as torch's, and the variance is never negative. Reverse mode keeps only
     ``x`` in its own dtype plus per-row mean and rstd (about 2 bytes per element for bfloat16).
 
     Args:

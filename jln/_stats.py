@@ -4,12 +4,14 @@ Policy (the README's numerics table states the same):
 
 * Statistics are computed in float32 for float16, bfloat16 and float32 input, and in float64
   for float64 input. ``stats_dtype`` is the only place that rule lives.
-* The mean is taken about a per-row pivot (the row's first element) and the variance is the
-  mean of squared deviations from that mean (two passes over data already in registers or
-  cache). Subtracting the pivot is exact for data clustered around a large offset, so
-  ``x = 3e5 + N(0, 1)`` keeps full float32 accuracy where ``E[x^2] - E[x]^2`` (flax's
-  ``use_fast_variance``) loses every digit. The variance is a mean of squares, so it is never
-  negative, and float16 squares are taken in float32, so they never overflow.
+* The mean is first taken about a per-row pivot (the row's first element) and rounded to one
+  float ``hi``; a second pass over ``e = x - hi`` gives the residual ``c = mean(e)`` and
+  ``mean(e^2)``: the centred row is ``e - c`` and the variance ``mean(e^2) - c^2`` (the
+  corrected two-pass algorithm; clamped at 0, never negative). Subtracting the pivot is exact
+  for data clustered around a large offset, so ``x = 3e5 + N(0, 1)`` keeps full float32
+  accuracy where ``E[x^2] - E[x]^2`` (flax's ``use_fast_variance``) loses every digit, and
+  ``x - hi`` rounds at the scale of ``|x - mean|``, so values near the mean keep torch's
+  accuracy. float16 squares are taken in float32, so they never overflow.
 * Reverse mode keeps only the input (in its own dtype), the per-row statistics tagged with
   ``checkpoint_name`` below, and the per-feature parameters: :data:`REMAT_POLICY` drops
   everything else and the backward pass recomputes it from ``x``.
@@ -124,10 +126,10 @@ def count(
 
 # --- statistics over a normalized axis sharded across devices (``axis_name=``) ----------------
 # Each device holds an equal block of every row. RMSNorm needs one psum of the per-row sum of
-# squares. LayerNorm all-gathers each device's per-row (pivot, mean about that pivot, M2) in
-# ONE collective and merges them (Chan et al.'s parallel update) about the global pivot, the
-# first element of the row (device 0's pivot): differences of pivots are exact for clustered
-# data, so the sharded result keeps the unsharded accuracy. The transposes of the collectives
+# squares. LayerNorm all-gathers each device's per-row (rounded mean hi, its residual c, M2) in
+# ONE collective and merges them (Chan et al.'s parallel update) about device 0's hi:
+# differences of nearby hi are exact for clustered data, so the sharded result keeps the
+# unsharded accuracy at large offsets (near the mean, see :func:`_merged_centered`). The transposes of the collectives
 # (reduce-scatter, psum) do the cross-device reduction of dx in the backward pass.
 
 
@@ -153,23 +155,64 @@ def _collective(op: Any, v: Array, axis_name: Any, groups: Any) -> Array:
 
 
 def _merged_centered(
-    xs: Array, pivot: Array, m: Array, axes: tuple[int, ...], axis_name: Any, groups: Any
+    x32: Array, pivot: Array, axes: tuple[int, ...], axis_name: Any, groups: Any
 ) -> tuple[Array, Array, Array]:
-    """``(mean, d, var)`` of rows split across ``axis_name``; one all_gather of 3 values/row."""
-    n_loc = count(xs.shape, axes)
-    d_loc = xs - m
-    m2 = jnp.sum(d_loc * d_loc, axis=axes, keepdims=True)
-    local = jnp.stack([pivot, m, m2])
+    """``(mean, d, var)`` of rows split across ``axis_name``; one all_gather of 3 values/row.
+
+    Each device sends its local rounded mean ``hi``, the residual ``c`` of its block about it
+    and its sum of squared deviations (:func:`_about`); the merge takes each
+    block's mean about device 0's ``hi`` (a difference of two nearby floats plus a small
+    residual) and the global result as a rounded mean plus its residual again, so each device
+    centres its block as ``(x - hi) - c`` (the unsharded rounding). Weaker than unsharded only
+    in the merged residual: the differences of the blocks' ``hi`` round at the scale of the
+    blocks' spread of means (about std / sqrt(block width)), not of the rows' own sums.
+    """
+    n_loc = count(x32.shape, axes)
+    hi = _rounded_mean(x32, pivot, axes)
+    _, c, sq = _about(x32, hi, axes)
+    m2 = n_loc * jnp.maximum(sq - c * c, 0)
+    local = jnp.stack([hi, c, m2])
     gathered = _collective(lax.all_gather, local, axis_name, groups)  # [P, 3, ...]
     gathered = checkpoint_name(gathered, STAT_NAMES[2])
-    p_all, m_all, m2_all = gathered[:, 0], gathered[:, 1], gathered[:, 2]
-    p0 = p_all[:1]  # the global pivot (device 0's), rank kept: no implicit rank promotion
-    delta = (p_all - p0) + m_all  # each shard's mean about the global pivot
+    hi_all, c_all, m2_all = lax.stop_gradient(gathered[:, 0]), gathered[:, 1], gathered[:, 2]
+    h0 = hi_all[:1]  # device 0's rounded mean, rank kept: no implicit rank promotion
+    delta = (hi_all - h0) + c_all  # each block's mean about h0
     mu = jnp.mean(delta, axis=0, keepdims=True)
     dev = delta - mu
     var = (jnp.sum(m2_all, axis=0) + n_loc * jnp.sum(dev * dev, axis=0)) / (n_loc * delta.shape[0])
-    shift = (p0[0] - pivot) + mu[0]  # the global mean about this device's pivot (recomputed in bwd)
-    return pivot + shift, xs - shift, var
+    # the global mean h0 + mu as a rounded float and its residual (two-sum, exact)
+    g_hi, g_c = _two_sum(h0[0], mu[0])
+    return g_hi + g_c, (x32 - g_hi) - g_c, var
+
+
+def _two_sum(a: Array, b: Array) -> tuple[Array, Array]:
+    """``(s, t)`` with ``s = fl(a + b)`` and ``s + t == a + b`` exactly (Knuth's two-sum); ``s``
+    is outside autodiff, so ``t`` carries the derivative of ``a + b``."""
+    s = lax.stop_gradient(a + b)
+    b_part = lax.stop_gradient(s - a)
+    return s, (a - (s - b_part)) + (b - b_part)
+
+
+def _rounded_mean(x32: Array, pivot: Array, axes: tuple[int, ...]) -> Array:
+    """The row mean rounded to one float, ``pivot + mean(x - pivot)`` (keepdims), outside
+    autodiff: the centred values :func:`_about` gives do not depend on it."""
+    return lax.stop_gradient(pivot + jnp.mean(x32 - pivot, axis=axes, keepdims=True))
+
+
+def _about(x32: Array, hi: Array, axes: tuple[int, ...]) -> tuple[Array, Array, Array]:
+    """``(e, c, sq)``: ``e = x - hi`` for the rounded mean ``hi``, its row mean ``c`` (the
+    residual of ``hi``) and ``mean(e^2)`` (keepdims).
+
+    ``x - hi`` rounds at the scale of ``|x - mean|``, so values near the mean keep their digits
+    (centring about the pivot alone rounded ``x - pivot`` at the scale of ``|x - pivot|``, then
+    again on subtracting the mean about it: ~3e-7 near the mean on N(0, 1) rows, where torch's
+    ``x - mean`` is ~1e-8), and ``c`` restores what ``hi``'s rounding and its sum lost (up to
+    half an ulp of the mean: 5e-4 at an offset of 1e4). The centred row is ``e - c`` and its
+    variance ``sq - c^2`` (the corrected two-pass algorithm), so one pass over ``e`` gives both.
+    """
+    e = x32 - hi
+    c, sq = _row_means((e, e * e), axes)
+    return e, c, sq
 
 
 def _pivot(x: Array, axes: tuple[int, ...]) -> Array:
@@ -206,16 +249,17 @@ def centered(
     ``x32`` is already in the statistics dtype. ``mean`` and ``var`` keep the reduced axes
     (size 1) so they broadcast against ``x32``. With ``axis_name`` the rows are split across
     that mapped axis and the statistics are those of the whole (global) row.
+
+    ``d = (x - hi) - c`` with ``hi`` the mean rounded to one float and ``c`` the row mean of
+    ``x - hi`` (:func:`_about`); ``hi`` is the per-row statistic reverse mode keeps.
     """
     pivot = _pivot(x32, axes)
-    xs = x32 - pivot
     if axis_name is not None:
-        m = jnp.mean(xs, axis=axes, keepdims=True)
-        return _merged_centered(xs, pivot, m, axes, axis_name, axis_index_groups)
-    m = checkpoint_name(jnp.mean(xs, axis=axes, keepdims=True), STAT_NAMES[0])
-    d = xs - m
-    var = jnp.mean(d * d, axis=axes, keepdims=True)
-    return pivot + m, d, var
+        return _merged_centered(x32, pivot, axes, axis_name, axis_index_groups)
+    # reverse mode keeps hi (and rstd); the backward recomputes c from x, one more row sum
+    hi = checkpoint_name(_rounded_mean(x32, pivot, axes), STAT_NAMES[0])
+    e, c, sq = _about(x32, hi, axes)
+    return hi + c, e - c, jnp.maximum(sq - c * c, 0)
 
 
 def inv_std(var: Array, eps: float) -> Array:

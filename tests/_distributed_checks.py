@@ -133,6 +133,14 @@ def shard_map_tp() -> None:
         if op == "layer_norm":
             entry["fwd_vs_float64"] = maxdiff(got[0], ln64(X, S, BI, -1))
             entry["unsharded_fwd_vs_float64"] = maxdiff(ref[0], ln64(X, S, BI, -1))
+            # N(0, 1) rows: values near the mean centred about the merged rounded mean
+            x0 = RNG.standard_normal((64, 8 * D)).astype(np.float32)
+            near = jax.jit(jax.shard_map(lambda x: jln.layer_norm(x, axis_name="tp"), mesh=m, in_specs=P(None, "tp"),
+                                         out_specs=P(None, "tp")))(put(m, x0, P(None, "tp")))
+            want = ln64(x0, 1.0, 0.0, -1)
+            small = np.abs(want) < 0.05
+            entry["near_mean_vs_float64"] = maxdiff(np.asarray(near)[small], want[small])
+            entry["unsharded_near_mean_vs_float64"] = maxdiff(np.asarray(jln.layer_norm(x0, impl="xla"))[small], want[small])
         if op == "rms_norm_torch":
             entry["fwd_vs_float64"] = maxdiff(got[0], rms64(X.astype(np.float64) - 3e4, S))
         RESULTS["shard_map"].append(entry)

@@ -260,10 +260,10 @@ def test_shapes_including_threaded_chunks(shape: tuple[int, ...], dt: Any) -> No
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: jnp.dtype(d).name)
 @pytest.mark.parametrize("width", [200, 512, 513, 1024, 1033, 2049])
 def test_rows_on_every_side_of_the_scratch_row_rules(width: int, dt: Any) -> None:
-    # half rows up to 512 wide and wider than 2048 are read in place (pivot and mean
-    # subtracted in every pass; up to 512 in the row pipeline's pairs); from 513 to 1024 they
-    # keep d = (x - p) - m in their float32 scratch row and the output sweeps only scale it; up
-    # to 2048 the scratch row keeps x - p and the sweeps subtract m. Each side (513, 1033 and
+    # half rows up to 512 wide and wider than 2048 are read in place (the rounded mean hi and
+    # its residual c subtracted in every pass; up to 512 in the row pipeline's pairs); from 513
+    # to 1024 they keep e = x - hi in their float32 scratch row and the output sweeps subtract
+    # c; up to 2048 the scratch row keeps x and the sweeps subtract hi and c. Each side (513, 1033 and
     # 2049 with a scalar tail; 6 rows: 3 pairs, and a partial block of 8 for the scratch rows),
     # through the fused simple sweep (layer_norm, the residual step) and the general one
     # (adaptive LayerNorm's modulation, llama's rounding steps)

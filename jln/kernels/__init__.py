@@ -1,7 +1,7 @@
 """Pallas kernels implementing the exact contract of jln's XLA bodies.
 
 :func:`run` takes a family spec of :mod:`jln._contract` and implements its XLA body: same
-numerics (float32 pivot-shifted statistics, every convention's rounding through the spec's own
+numerics (float32 statistics about the rounded mean, every convention's rounding through the spec's own
 ``tail``), same reverse-mode residuals (``x`` in its own dtype, per-row float32 statistics,
 the parameters).
 

@@ -12,7 +12,7 @@ rows" below): the same blocks, read in column chunks inside each program.
 
 Numerics: the statistics restate :func:`jln._stats.centered`, :func:`jln._stats.inv_std` and
 :func:`jln._stats.mean_square` with column masking (the only place the kernels restate a core
-formula; tests compare them with the XLA path): :func:`_ln_centered` on whole rows and
+formula; tests compare them with the XLA path): :func:`_ln_centered_stats` on whole rows and
 :func:`_wide_ln_stats` over column chunks (a change to LayerNorm's centred statistics goes in
 both), the sums of squares inline. Everything after the statistics is the family
 spec's own ``tail`` (and the seed convention's ``seed_denominator``) from :mod:`jln._contract`,
@@ -20,9 +20,9 @@ run through :func:`jln.kernels._portable.portable`, and
 the backward takes their cotangents with ``jax.vjp`` inside the kernel, so no convention's
 rounding is written twice.
 
-Residuals: reverse mode keeps ``x`` (own dtype), per-row float32 statistics (the mean about
-the row's pivot, as the core saves it, and rstd; the seed convention's clamped denominator)
-and the parameters, the same budget as the XLA path.
+Residuals: reverse mode keeps ``x`` (own dtype), per-row float32 statistics (the row mean
+rounded to one float, as the core saves it, and rstd; the seed convention's clamped
+denominator) and the parameters, the same budget as the XLA path.
 """
 
 from __future__ import annotations
@@ -165,15 +165,27 @@ def _first_column(plan: Plan, ref: Any, x: Array, rows_ok: Array, rows: Any = No
     return x[:, :1]
 
 
-def _ln_centered(x: Array, pivot: Array, cols_ok: Array | None, n: int) -> tuple[Array, Array, Array]:
-    """``(m, d, var)``: mirrors :func:`jln._stats.centered` over the ``n`` valid columns.
+def _ln_centered_stats(
+    x: Array, pivot: Array, cols_ok: Array | None, n: int
+) -> tuple[Array, Array, Array]:
+    """``(hi, d, var)`` over the ``n`` valid columns: mirrors :func:`jln._stats.centered`.
 
-    ``m`` is the mean about the pivot (what the core saves as ``jln.mean``); ``d = x - pivot - m``.
+    ``hi = pivot + mean(x - pivot)`` is the row mean rounded to one float (what the core saves
+    as ``jln.mean``), then :func:`_ln_about` gives ``d = (x - hi) - c`` and
+    ``var = mean((x - hi)^2) - c^2`` with ``c = mean(x - hi)``.
     """
-    xs = _zero_outside(cols_ok, x - pivot)
-    m = _row_sum(xs) / n
-    d = _zero_outside(cols_ok, xs - m)
-    return m, d, _row_sum(d * d) / n
+    hi = pivot + _row_sum(_zero_outside(cols_ok, x - pivot)) / n
+    d, sq, c = _ln_about(x, hi, cols_ok, n)
+    return hi, d, jnp.maximum(sq - c * c, 0.0)
+
+
+def _ln_about(x: Array, hi: Array, cols_ok: Array | None, n: int) -> tuple[Array, Array, Array]:
+    """``(d, mean(e^2), c)`` for ``e = x - hi`` (zero outside the valid columns) and its row
+    mean ``c``: the centred row ``d = e - c`` (mirrors :func:`jln._stats._about`; the backward
+    recomputes ``c`` from ``x`` and the saved ``hi``)."""
+    e = _zero_outside(cols_ok, x - hi)
+    c = _row_sum(e) / n
+    return _zero_outside(cols_ok, e - c), _row_sum(e * e) / n, c
 
 
 def _rstd(var: Array, eps: float) -> Array:
@@ -229,7 +241,7 @@ def _fwd_kernel(spec: Spec, *refs: Any) -> None:
     ops = _load_operands(spec, op_refs, rows_ok, cols_ok)
     if spec.op == "ln":
         assert pivot is not None
-        m, d, var = _ln_centered(x, pivot, cols_ok, plan.n)
+        m, d, var = _ln_centered_stats(x, pivot, cols_ok, plan.n)
         rstd = _rstd(var, spec.eps)
         y = _tail(spec)(d * rstd, *ops)
         y_ref, m_ref, rstd_ref = out_refs
@@ -274,8 +286,9 @@ def _bwd_block(spec: Spec, refs: Any, r0: Any, first_row: Any) -> list[Array | N
     seed = spec.op == "rms" and spec.seed
     stats = [_load(plan, r, rows_ok) for r in stat_refs]
     if spec.op == "ln":
-        m, rstd = stats
-        xhat = _zero_outside(cols_ok, (x - _first_column(plan, refs[0], x, rows_ok, rows) - m) * rstd)
+        hi, rstd = stats
+        d, _, _ = _ln_about(x, hi, cols_ok, plan.n)  # (its unused row sum of squares is dropped)
+        xhat = d * rstd
     elif seed:
         (denom,) = stats
         denom = jnp.where(rows_ok, denom, 1.0)
@@ -340,9 +353,10 @@ def _bwd_kernel(spec: Spec, *refs: Any) -> None:
 # Rows of at least ``_plan.WIDE_FROM`` elements: a program owns a block of rows as above, but
 # reads it in column chunks of ``plan.col_chunk`` inside a loop, so no value spans a whole row.
 # Forward: the statistics take one pass over the chunks per row sum (LayerNorm: the mean about
-# the pivot, then the centred sum of squares; RMSNorm: the sum of squares), then one pass
-# normalizes each chunk and stores it. Backward: one pass sums the two row reductions of the
-# normalized row's derivative, a second stores dx chunk by chunk and writes this program's
+# the pivot, then the residual mean and sum of squares about it; RMSNorm: the sum of squares),
+# then one pass normalizes each chunk and stores it. Backward: (LayerNorm: one pass for the
+# residual mean,) one pass sums the two row reductions of the normalized row's derivative, a
+# second stores dx chunk by chunk and writes this program's
 # partial sums of the broadcast operands' cotangents, one chunk at a time. The chunks are
 # re-read from memory in each pass (a fused add re-reads x and the residual). Numerics: the
 # same float32 formulas as the one-tile kernels, summed chunk by chunk.
@@ -414,9 +428,11 @@ def _wide_operands(spec: Spec, refs: Any, c0: Any, size: int, rows_ok: Array, co
     return out
 
 
-def _wide_ln_stats(spec: Spec, x_refs: Any, pivot: Array, rows_ok: Array) -> tuple[Array, Array]:
-    """LayerNorm's ``(m, var)`` over column chunks: :func:`_ln_centered` summed chunk by chunk
-    (the mean about the pivot, then the centred sum of squares: two passes over the row)."""
+def _wide_ln_stats(spec: Spec, x_refs: Any, pivot: Array, rows_ok: Array) -> tuple[Array, Array, Array]:
+    """LayerNorm's ``(hi, c, var)`` over column chunks: :func:`_ln_centered_stats` summed chunk
+    by chunk. ``hi = pivot + mean(x - pivot)`` is the row mean rounded to one float (saved, as
+    on whole rows); a second pass over ``e = x - hi`` gives its mean ``c`` and
+    ``var = mean(e^2) - c^2``; the centred row is ``e - c``."""
     plan = spec.plan
     mask0 = rows_ok if plan.target == "gpu" else None
     zero = jnp.zeros((plan.block_rows, 1), F32)
@@ -425,14 +441,27 @@ def _wide_ln_stats(spec: Spec, x_refs: Any, pivot: Array, rows_ok: Array) -> tup
         x = _wide_input(spec, x_refs, c0, size, _and(mask0, cols))
         return acc + _row_sum(_zero_outside(cols, x - pivot))
 
-    m = _over_chunks(plan, mean_step, zero) / plan.n
+    hi = pivot + _over_chunks(plan, mean_step, zero) / plan.n
+    c, sq = _wide_about(spec, x_refs, hi, rows_ok)
+    return hi, c, jnp.maximum(sq - c * c, 0.0)
 
-    def var_step(c0: Any, size: int, cols: Array | None, acc: Array) -> Array:
-        x = _wide_input(spec, x_refs, c0, size, _and(mask0, cols))
-        d = _zero_outside(cols, x - pivot - m)
-        return acc + _row_sum(d * d)
 
-    return m, _over_chunks(plan, var_step, zero) / plan.n
+def _wide_about(spec: Spec, x_refs: Any, hi: Array, rows_ok: Array) -> tuple[Array, Array]:
+    """``(mean(e), mean(e^2))`` over column chunks for ``e = x - hi``: :func:`_ln_about`'s row
+    sums (the backward recomputes ``c`` from ``x`` and the saved ``hi``)."""
+    plan = spec.plan
+    if len(x_refs) == 1:
+        spec = dataclasses.replace(spec, add=None)  # the backward reads s itself
+    zero = jnp.zeros((plan.block_rows, 1), F32)
+
+    # rows past the end read as zero on every target: the backward's partial sums take c
+    def step(c0: Any, size: int, cols: Array | None, acc: tuple[Array, Array]) -> tuple[Array, Array]:
+        x = _wide_input(spec, x_refs, c0, size, _and(rows_ok, cols))
+        e = _zero_outside(cols, x - hi)
+        return acc[0] + _row_sum(e), acc[1] + _row_sum(e * e)
+
+    se, sq = _over_chunks(plan, step, (zero, zero))
+    return se / plan.n, sq / plan.n
 
 
 def _wide_fwd_kernel(spec: Spec, *refs: Any) -> None:
@@ -448,10 +477,9 @@ def _wide_fwd_kernel(spec: Spec, *refs: Any) -> None:
     def read(c0: Any, size: int, cols: Array | None) -> Array:
         return _wide_input(spec, x_refs, c0, size, _and(rows_ok, cols) if gpu else None)
 
-    pivot = None
+    m = c = None
     if spec.op == "ln":
-        pivot = _wide_pivot(spec, x_refs, rows_ok)
-        m, var = _wide_ln_stats(spec, x_refs, pivot, rows_ok)
+        m, c, var = _wide_ln_stats(spec, x_refs, _wide_pivot(spec, x_refs, rows_ok), rows_ok)
         rstd = _rstd(var, spec.eps)
         y_ref, m_ref, rstd_ref = out_refs
         _store(plan, m_ref, m, rows_ok)
@@ -470,8 +498,8 @@ def _wide_fwd_kernel(spec: Spec, *refs: Any) -> None:
         valid = _and(rows_ok, cols)
         if s_ref is not None:  # s is written here, once, in the pass that writes y
             _put(plan, s_ref, c0, size, x, valid)
-        if pivot is not None:
-            h = _zero_outside(cols, x - pivot - m) * rstd
+        if c is not None:  # (x - hi) - c, as on whole rows
+            h = _zero_outside(cols, (x - m) - c) * rstd
         else:
             h = x / rstd if spec.seed else x * rstd
         ops = _wide_operands(spec, op_refs, c0, size, rows_ok, cols)
@@ -496,7 +524,7 @@ def _wide_bwd_kernel(spec: Spec, *refs: Any) -> None:
     rows_ok, _ = _masks(plan)
     seed = spec.op == "rms" and spec.seed
     stats = [_load(plan, r, rows_ok) for r in stat_refs]
-    pivot = _wide_pivot(spec, (x_ref,), rows_ok) if spec.op == "ln" else None
+    c = _wide_about(spec, (x_ref,), stats[0], rows_ok)[0] if spec.op == "ln" else None
     if seed:
         stats = [jnp.where(rows_ok, stats[0], 1.0)]
     zero = jnp.zeros((plan.block_rows, 1), F32)
@@ -507,9 +535,9 @@ def _wide_bwd_kernel(spec: Spec, *refs: Any) -> None:
         x = _chunk(plan, x_ref, c0, size, valid).astype(F32)
         dy = _chunk(plan, dy_ref, c0, size, valid)
         ops = _wide_operands(spec, op_refs, c0, size, rows_ok, cols)
-        if pivot is not None:
-            m, rstd = stats
-            xhat = _zero_outside(cols, (x - pivot - m) * rstd)
+        if c is not None:
+            hi, rstd = stats
+            xhat = _zero_outside(cols, (x - hi - c) * rstd)
         else:
             xhat = x / stats[0] if seed else x * stats[0]
         _, vjp = jax.vjp(_tail(spec), xhat, *ops)
@@ -526,7 +554,7 @@ def _wide_bwd_kernel(spec: Spec, *refs: Any) -> None:
     def dx_step(c0: Any, size: int, cols: Array | None, carry: Any) -> Any:
         xhat, g, dops, valid = local(c0, size, cols)
         proj = xhat * mean_gx
-        if pivot is not None:
+        if c is not None:
             dx = stats[1] * (g - mean_g - proj)
         elif seed:  # a clamped row's denominator is the constant eps
             denom = stats[0]

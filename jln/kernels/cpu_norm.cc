@@ -6,10 +6,13 @@
 //   x [rows, n] in float32, bfloat16 or float16; statistics in float32. With the fused
 //   residual step (add_*_norm), x is s = round(x + residual) in x's dtype (which the residual
 //   and s share), computed and written by the kernel as it reads x and the residual.
-//   center (LayerNorm): p = x[0] (the row's pivot), m = sum(x - p) / n,
-//                       d = (x - p) - m, var = sum(d * d) / n, rstd = 1 / sqrt(var + eps),
-//                       h = d * rstd; the saved statistic is m (the mean about the pivot,
-//                       as jln's XLA path saves it), and the backward re-reads p from x.
+//   center (LayerNorm): p = x[0] (the row's pivot), hi = p + sum(x - p) / n (the mean
+//                       rounded to one float), e = x - hi, c = sum(e) / n (its residual),
+//                       d = e - c, var = max(sum(e * e) / n - c * c, 0) (the corrected
+//                       two-pass variance), rstd = 1 / sqrt(var + eps), h = d * rstd; x - hi
+//                       rounds at the scale of |x - mean|, so values near the mean keep
+//                       their digits. The saved statistic is hi (as jln's XLA path saves
+//                       it), and the backward recomputes c from x.
 //   no center (RMS):    rstd = 1 / sqrt(sum(x * x) / n + eps), h = x * rstd.
 //   then h -> round(h, round_h) -> * (gemma ? 1 + w : w) -> round(., round_y) -> + b
 //        -> round(., round_b) -> * f -> round(., round_f) -> + shift -> round(., round_s)
@@ -385,6 +388,44 @@ inline void vsums2(int64_t n, F f, T tail, float* sums) {
   sums[1] = hsum((b0 + b1) + (b2 + b3)) + t1;
 }
 
+// The sums over j < n of e = f(j, k) and of e * e for NR rows at once (s[k], q[k]; tail(j, k)
+// row k's scalar e), two accumulator pairs per row and each row in the same order whatever
+// NR, so a row's sums are bit for bit the same alone or in a pair: LayerNorm's second pass
+// (stats_second), the residual of the rounded mean and the variance in one sweep.
+template <int NR, typename F, typename T>
+inline void vsums_sq(int64_t n, F f, T tail, float* s, float* q) {
+  vf a[NR][2] = {}, b[NR][2] = {};
+  int64_t j = 0;
+  for (; j + 2 * V <= n; j += 2 * V) {
+    for (int k = 0; k < NR; ++k) {
+      const vf e0 = f(j, k), e1 = f(j + V, k);
+      a[k][0] += e0;
+      b[k][0] = vfma(e0, e0, b[k][0]);
+      a[k][1] += e1;
+      b[k][1] = vfma(e1, e1, b[k][1]);
+    }
+  }
+  for (; j + V <= n; j += V) {
+    for (int k = 0; k < NR; ++k) {
+      const vf e = f(j, k);
+      a[k][0] += e;
+      b[k][0] = vfma(e, e, b[k][0]);
+    }
+  }
+  float ts[NR] = {}, tq[NR] = {};
+  for (; j < n; ++j) {
+    for (int k = 0; k < NR; ++k) {
+      const float e = tail(j, k);
+      ts[k] += e;
+      tq[k] += e * e;
+    }
+  }
+  for (int k = 0; k < NR; ++k) {
+    s[k] = hsum(a[k][0] + a[k][1]) + ts[k];
+    q[k] = hsum(b[k][0] + b[k][1]) + tq[k];
+  }
+}
+
 // A forward's input rows: x alone, or (the fused residual step of add_*_norm) s = x + r,
 // added in float32, rounded to x's dtype (which r and s share) and written to `s` by the first
 // pass that reads it, so s costs one read of x and r and one write.
@@ -491,7 +532,7 @@ inline float src1(const Src in, int64_t i) {
   }
 }
 
-// Whether the second statistics pass leaves d in the scratch row of a half row of n elements
+// Whether the second statistics pass leaves e = x - hi in the scratch row of a half row of n elements
 // (scratch rows are 513 to 2048 wide, see in_place): only for short rows, whose scratch row and
 // float32 parameter rows stay in L1 together (in cache, bfloat16 LayerNorm: 1.02-1.07x at 256
 // and 1024 wide, measured when 256-wide rows still took a scratch row; wider, writing the row
@@ -538,22 +579,23 @@ inline float row_1(const float* t, const void* src, int64_t o, int64_t j) {
 
 // A row's statistics.
 struct RowStats {
-  float p, m, rs;  // the pivot still to subtract from the row the sweeps read (0 for RMS and
-                   // for scratch rows), the mean about the pivot (0 for RMS) and rstd
+  float p, m, rs;  // center: the rounded mean hi (after stage one) and its residual c (after
+                   // stage two), the sweeps' row centred as (x - p) - m; RMS: 0, 0; and rstd
 };
 
-// Row statistics in two exact passes (center: the mean about the pivot p = x[0], then the
-// sum of squared deviations d = (x - p) - m; RMS: the sum of squares), x being the source's
-// row (s with the residual step), in two stages so that a block of short rows runs each stage
-// row after row (one row's reductions, a chain of dependent additions, a division and a square
-// root, then overlap the next row's sweep). The later passes read the row in place (IP, see
-// in_place: the sweeps subtract p and m) or from the float32 scratch row `t`, which the first
-// pass fills with the widened row about its pivot (x - p, or x for RMS) and, where holds_d,
-// the second pass overwrites with d, so each element is widened once, the later sweeps read it
-// from cache and the output sweep only scales it (the same values, one step less). The first
-// pass hints the source row `ahead` elements on into cache.
+// Row statistics in two passes (center: the mean about the pivot x[0], rounded to one float,
+// hi = x[0] + sum(x - x[0]) / n, then the sums of e = x - hi and e * e, which give the
+// residual c = sum(e) / n and the variance sum(e * e) / n - c * c; RMS: the sum of squares),
+// x being the source's row (s with the residual step), in two stages so that a block of short
+// rows runs each stage row after row (one row's reductions, a chain of dependent additions, a
+// division and a square root, then overlap the next row's sweep). The later passes read the
+// row in place (IP, see in_place: the sweeps subtract hi and c) or from the float32 scratch
+// row `t`, which the first pass fills with the widened row and, where holds_d, the second
+// pass overwrites with e = x - hi, so each element is widened once, the later sweeps read it
+// from cache and the output sweep subtracts only c (the same values, one step less). The
+// first pass hints the source row `ahead` elements on into cache.
 //
-// Stage one: center: the pivot and the mean about it; RMS: the sum of squares and rstd.
+// Stage one: center: the rounded mean hi; RMS: the sum of squares and rstd.
 // (Written to *out: returned by value, GCC 12 packed p and m into one register through the
 // stack, two 4-byte stores read back as 8 bytes, a store-to-load forwarding stall on each
 // row: see hsum.)
@@ -570,17 +612,16 @@ JLN_NOINLINE void stats_first(const Config& c, const Src in, int64_t o, float* _
         n,
         [&](int64_t j) {
           prefetch_src<KX, ADD>(in, o + ahead + j);
-          const vf d = vsrc<KX, ADD>(in, o + j) - pv;
-          if constexpr (!wide) std::memcpy(t + j, &d, sizeof(d));
-          return d;
+          const vf v = vsrc<KX, ADD>(in, o + j);
+          if constexpr (!wide) std::memcpy(t + j, &v, sizeof(v));
+          return vf(v - pv);
         },
         [&](int64_t j) {
-          const float d = src1<KX, ADD>(in, o + j) - pv;
-          if constexpr (!wide) t[j] = d;
-          return d;
+          const float v = src1<KX, ADD>(in, o + j);
+          if constexpr (!wide) t[j] = v;
+          return v - pv;
         });
-    st.p = wide ? pv : 0.0f;  // scratch: t holds x - p
-    st.m = s / float(n);
+    st.p = pv + s / float(n);  // hi
     return;
   }
   const float q = vsumsq(
@@ -599,41 +640,41 @@ JLN_NOINLINE void stats_first(const Config& c, const Src in, int64_t o, float* _
   st.rs = 1.0f / std::sqrt(q / float(n) + c.eps);
 }
 
-// Stage two (center only): the sum of squared deviations and rstd of NR consecutive rows (NR =
-// 2 only in place; for a scratch row, d replaces x - p in it where holds_d). `src`, `o`: the
-// source and the first row's offset (IP).
+// Stage two (center only): the residual c of the rounded mean, the variance and rstd of NR
+// consecutive rows (NR = 2 only in place; for a scratch row, e = x - hi replaces x in it where
+// holds_d). `src`, `o`: the source and the first row's offset (IP).
 template <int KX, bool IP, int NR = 1>
 JLN_NOINLINE void stats_second(const Config& c, RowStats* st, float* __restrict__ t, const void* src, int64_t o) {
   static_assert(NR == 1 || IP, "two rows at once only in place");
   const int64_t n = c.n;
-  float q[NR];
+  float s[NR], q[NR];
   if constexpr (NR == 2) {
-    const float p[2] = {st[0].p, st[1].p}, mm[2] = {st[0].m, st[1].m};
-    vsums2<true>(
-        n,
-        [&](int64_t j, int k) { return (vload<KX>(src, o + k * n + j) - p[k]) - mm[k]; },
-        [&](int64_t j, int k) {
-          const float d = (load<KX>(src, o + k * n + j) - p[k]) - mm[k];
-          return d * d;
-        },
-        q);
+    const float hi[2] = {st[0].p, st[1].p};
+    vsums_sq<2>(
+        n, [&](int64_t j, int k) { return vf(vload<KX>(src, o + k * n + j) - hi[k]); },
+        [&](int64_t j, int k) { return load<KX>(src, o + k * n + j) - hi[k]; }, s, q);
   } else {
-    const float p = IP ? st->p : 0.0f, mm = st->m;  // scratch: a constant 0, folded away
+    const float hi = st->p;
     const bool keep = !IP && holds_d<KX>(n);
-    q[0] = vsumsq(
+    vsums_sq<1>(
         n,
-        [&](int64_t j) {
-          const vf d = (row_vec<KX, IP>(t, src, o, j) - p) - mm;
-          if (keep) std::memcpy(t + j, &d, sizeof(d));
-          return d;
+        [&](int64_t j, int) {
+          const vf e = row_vec<KX, IP>(t, src, o, j) - hi;
+          if (keep) std::memcpy(t + j, &e, sizeof(e));
+          return e;
         },
-        [&](int64_t j) {
-          const float d = (row_1<KX, IP>(t, src, o, j) - p) - mm;
-          if (keep) t[j] = d;
-          return d * d;
-        });
+        [&](int64_t j, int) {
+          const float e = row_1<KX, IP>(t, src, o, j) - hi;
+          if (keep) t[j] = e;
+          return e;
+        },
+        s, q);
   }
-  for (int k = 0; k < NR; ++k) st[k].rs = 1.0f / std::sqrt(q[k] / float(n) + c.eps);
+  for (int k = 0; k < NR; ++k) {
+    const float cm = s[k] / float(n);
+    st[k].m = cm;
+    st[k].rs = 1.0f / std::sqrt(std::max(q[k] / float(n) - cm * cm, 0.0f) + c.eps);
+  }
 }
 
 // A parameter row's element(s) at column j, and a rounding step, for 16 lanes (vf) or one
@@ -674,28 +715,28 @@ JLN_INLINE inline T fused_out(T v, float rs, const RowParams rp, int64_t j) {  /
 // than general_out: 1.22-1.46x, one EPYC core, kernel alone) and MOD, adaptive LayerNorm's
 // modulation (Config::modulated: y = round(round(h) * f) + sh, the last rounding left to the
 // store; through JAX, one EPYC core: 1.11-1.31x in bfloat16, up to 1.64x in float32);
-// h = ((x - p) - m) * rstd with the row's statistics `st` (p and m are subtracted here for rows
-// read in place; a scratch row holds d where holds_d, else x - p). Meanwhile the row of y
+// h = ((x - p) - m) * rstd with the row's statistics `st` (hi and its residual c; a scratch
+// row holds e = x - hi where holds_d, else x, and only c is subtracted from e). Meanwhile the row of y
 // `ahead` elements on is hinted for writing (`o`: the row's offset; `src`: as for
 // stats_second).
 template <int KX, int KY, bool C, bool W, bool B, bool IP, int RW = 0, bool MOD = false>
 inline void simple_out_t(const float* __restrict__ t, const void* src, int64_t n, const RowStats st,
                          const RowParams& rp, const Src in, void* y, int64_t o, int64_t ahead) {
   const RowParams q = rp;  // (a local copy: the stores to y cannot change it)
-  const bool sub_m = C && (IP || !holds_d<KX>(n));  // (p is 0 for scratch rows)
+  const bool sub_p = C && (IP || !holds_d<KX>(n));  // (a scratch row holding e: hi subtracted)
   const float p = st.p, m = st.m, rs = st.rs;
   int64_t j = 0;
   for (; j + V <= n; j += V) {
     prefetch_dst<KX, KY>(in, y, o + ahead + j);
     vf v = row_vec<KX, IP>(t, src, o, j);
-    if constexpr (C && IP) v = v - p;
-    if (sub_m) v = v - m;
+    if (sub_p) v = v - p;
+    if constexpr (C) v = v - m;
     vstore<KY>(y, o + j, fused_out<KX, W, B, RW, MOD>(v, rs, q, j));
   }
   for (; j < n; ++j) {
     float v = row_1<KX, IP>(t, src, o, j);
-    if constexpr (C && IP) v = v - p;
-    if (sub_m) v = v - m;
+    if (sub_p) v = v - p;
+    if constexpr (C) v = v - m;
     store<KY>(y, o + j, fused_out<KX, W, B, RW, MOD>(v, rs, q, j));
   }
 }
@@ -797,12 +838,13 @@ inline void general_out(const Config& c, const float* __restrict__ t, const void
                         float rs, const float* w, const float* b, const float* f, const float* sh,
                         const Src in, void* y, int64_t o, int64_t ahead) {
   const int64_t n = c.n;
-  const bool sub_m = c.center && (IP || !holds_d<KX>(n));  // (p is 0 for scratch rows)
+  const bool sub_p = c.center && (IP || !holds_d<KX>(n));  // (a scratch row holding e: hi subtracted)
   int64_t j = 0;
   for (; j + V <= n; j += V) {
     prefetch_dst<KX, KY>(in, y, o + ahead + j);
     vf v = row_vec<KX, IP>(t, src, o, j);
-    if (sub_m) v = (v - p) - m;
+    if (sub_p) v = v - p;
+    if (c.center) v = v - m;
     v = v * rs;
     v = vround(v, c.round_h);
     if (w) v = c.gemma ? v * (1.0f + vload<kF32>(w, j)) : v * vload<kF32>(w, j);
@@ -818,8 +860,10 @@ inline void general_out(const Config& c, const float* __restrict__ t, const void
   float tmp[V];
   const int64_t k = n - j;
   for (int64_t i = 0; i < k; ++i) {
-    const float v = row_1<KX, IP>(t, src, o, j + i);
-    tmp[i] = (sub_m ? (v - p) - m : v) * rs;
+    float v = row_1<KX, IP>(t, src, o, j + i);
+    if (sub_p) v = v - p;
+    if (c.center) v = v - m;
+    tmp[i] = v * rs;
   }
   round_inplace(tmp, k, c.round_h);
   if (w) weigh(tmp, w + j, k, c.gemma);
@@ -940,7 +984,7 @@ void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* me
       }
     }
     for (int64_t k = 0; k < k1; ++k) {
-      mean[rb + k] = st[k].m;
+      mean[rb + k] = st[k].p;
       rstd_out[rb + k] = st[k].rs;
     }
     for (int64_t k = 0; k < k1; ++k) {
@@ -959,7 +1003,7 @@ void fwd_rows(const Config& c, const Src in, const Params& P, void* y, float* me
 // One sweep over NR rows and the NR rows after them, read in place or (NR = 1) from scratch
 // rows: the output of rows r..r+NR-1 (offset o, statistics st[k], their shared parameter rows
 // rp) and the first statistics pass of the NR rows `gap` elements on (the next step's), whose
-// statistics (center: the pivot and the mean about it; RMS: rstd) it writes to nx. The next rows' loads (from memory) and these rows'
+// statistics (center: the rounded mean hi; RMS: rstd) it writes to nx. The next rows' loads (from memory) and these rows'
 // stores then stream side by side, as in a copy, and the rows' arithmetic is independent, so
 // none waits for another; the source rows after the next ones are hinted into cache on the
 // way. Specialized on (center, scale, bias), RW and MOD as simple_out_t; each row's sum is
@@ -971,7 +1015,7 @@ JLN_NOINLINE void out_first_t(const Config& c, const Src in, const void* src, co
   static_assert(NR == 1 || IP, "two rows at once only in place");
   const int64_t n = c.n, o2 = o + gap;
   const RowParams q = rp;  // (a local copy: the stores to y cannot change it)
-  const bool sub_m = C && (IP || !holds_d<KX>(n));  // (p is 0 for scratch rows)
+  const bool sub_p = C && (IP || !holds_d<KX>(n));  // (a scratch row holding e: hi subtracted)
   const float p[2] = {st[0].p, st[NR - 1].p}, m[2] = {st[0].m, st[NR - 1].m}, rs[2] = {st[0].rs, st[NR - 1].rs};
   const float pv0 = C ? src1<KX, ADD>(in, o2) : 0.0f;  // (the pivots)
   const float pv[2] = {pv0, C && NR == 2 ? src1<KX, ADD>(in, o2 + n) : pv0};
@@ -980,24 +1024,23 @@ JLN_NOINLINE void out_first_t(const Config& c, const Src in, const void* src, co
   // 1.4x as long, in cache, one EPYC core)
   auto out = [&](int64_t j, int k) JLN_INLINE {  // row r + k's output at j, before its store
     vf v = row_vec<KX, IP>(t, src, o + k * n, j);
-    if constexpr (C && IP) v = v - p[k];
-    if (sub_m) v = v - m[k];
+    if (sub_p) v = v - p[k];
+    if constexpr (C) v = v - m[k];
     return fused_out<KX, W, B, RW, MOD>(v, rs[k], q, j);
   };
   auto out1 = [&](int64_t j, int k) {
     float v = row_1<KX, IP>(t, src, o + k * n, j);
-    if constexpr (C && IP) v = v - p[k];
-    if (sub_m) v = v - m[k];
+    if (sub_p) v = v - p[k];
+    if constexpr (C) v = v - m[k];
     store<KY>(y, o + k * n + j, fused_out<KX, W, B, RW, MOD>(v, rs[k], q, j));
   };
-  // row r + NR + k's term: x - pivot (center) or x (RMS, squared by the accumulation), also
+  // row r + NR + k's term: x - pivot (center) or x (RMS, squared by the accumulation); x
   // kept in the scratch row t2 (!IP)
   auto next = [&](int64_t j, int k) JLN_INLINE {
     prefetch_src<KX, ADD>(in, o2 + gap + k * n + j);
     const vf v = vsrc<KX, ADD>(in, o2 + k * n + j);
-    const vf d = C ? vf(v - pv[k]) : v;
-    if constexpr (!IP) std::memcpy(t2 + j, &d, sizeof(d));
-    return d;
+    if constexpr (!IP) std::memcpy(t2 + j, &v, sizeof(v));
+    return C ? vf(v - pv[k]) : v;
   };
   auto acc = [](vf& a, vf d) { a = C ? a + d : vfma(d, d, a); };
   vf a0 = {}, a1 = {}, a2 = {}, a3 = {}, b0 = {}, b1 = {}, b2 = {}, b3 = {};
@@ -1042,7 +1085,7 @@ JLN_NOINLINE void out_first_t(const Config& c, const Src in, const void* src, co
     for (int k = 0; k < NR; ++k) {
       const float v = src1<KX, ADD>(in, o2 + k * n + j);
       const float d = C ? v - pv[k] : v;
-      if constexpr (!IP) t2[j] = d;
+      if constexpr (!IP) t2[j] = v;
       tail[k] += C ? d : d * d;
       out1(j, k);
     }
@@ -1051,8 +1094,7 @@ JLN_NOINLINE void out_first_t(const Config& c, const Src in, const void* src, co
   for (int k = 0; k < NR; ++k) {
     nx[k] = RowStats{0.0f, 0.0f, 0.0f};
     if constexpr (C) {
-      nx[k].p = IP ? pv[k] : 0.0f;  // (a scratch row holds x - p)
-      nx[k].m = sum[k] / float(n);
+      nx[k].p = pv[k] + sum[k] / float(n);  // hi
     } else {
       nx[k].rs = 1.0f / std::sqrt(sum[k] / float(n) + c.eps);
     }
@@ -1094,7 +1136,7 @@ void fwd_rows_piped(const Config& c, const Src in, const Params& P, void* y, flo
   if (NR == 2 && (r1 - r0) % 2) {  // the odd row, alone
     stats_first<KX, ADD, IP>(c, in, r0 * n, nullptr, n, &st[0]);
     if (c.center) stats_second<KX, IP>(c, st, nullptr, src, r0 * n);
-    mean[r0] = st[0].m;
+    mean[r0] = st[0].p;
     rstd_out[r0] = st[0].rs;
     simple_out<KX, KY, IP>(c, nullptr, src, st[0], rows.at(c, P, r0), in, y, r0 * n, n);
     if (++r0 == r1) return;
@@ -1107,7 +1149,7 @@ void fwd_rows_piped(const Config& c, const Src in, const Params& P, void* y, flo
     float* nxt = tb[((r - r0) / NR + 1) & 1];
     const RowParams rp = rows.at(c, P, r);  // (shared by the rows: see pipe_rows)
     for (int k = 0; k < NR; ++k) {
-      mean[r + k] = st[k].m;
+      mean[r + k] = st[k].p;
       rstd_out[r + k] = st[k].rs;
     }
     if (r + NR == r1) {
@@ -1281,8 +1323,12 @@ void bwd_rows(const Config& c, const void* ct, const void* x, const Params& P, c
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * n;
     const float rs = rstd[r];
-    const float m = c.center ? mean[r] : 0.0f;
-    const float p = c.center ? load<KX>(x, o) : 0.0f;
+    // center: the rounded mean hi the forward saved and its residual c, recomputed (x - hi
+    // as the forward's second pass takes it); the row is centred as (x - hi) - c
+    const float p = c.center ? mean[r] : 0.0f;
+    const float m = c.center ? vsum(n, [&](int64_t j) { return vf(vload<KX>(x, o + j) - p); },
+                                    [&](int64_t j) { return load<KX>(x, o + j) - p; }) / fn
+                             : 0.0f;
     const bool mod = c.modulated(KX, KY);
     if (c.fused(KX) || mod) {
       // float32 partial sums over the rows of one parameter group within this chunk, added
@@ -1634,7 +1680,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JlnNormFwd, NormFwd,
                                   .Arg<ffi::AnyBuffer>()  // mscale
                                   .Attrs<NormAttrs>()
                                   .Ret<ffi::AnyBuffer>()   // y
-                                  .Ret<ffi::AnyBuffer>()   // m (mean about the pivot)
+                                  .Ret<ffi::AnyBuffer>()   // hi (the row mean rounded to one float)
                                   .Ret<ffi::AnyBuffer>());  // rstd
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JlnNormAddFwd, NormAddFwd,
@@ -1649,7 +1695,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JlnNormAddFwd, NormAddFwd,
                                   .Attrs<NormAttrs>()
                                   .Ret<ffi::AnyBuffer>()   // y
                                   .Ret<ffi::AnyBuffer>()   // s = x + residual
-                                  .Ret<ffi::AnyBuffer>()   // m (mean about the pivot)
+                                  .Ret<ffi::AnyBuffer>()   // hi (the row mean rounded to one float)
                                   .Ret<ffi::AnyBuffer>());  // rstd
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JlnNormBwd, NormBwd,
