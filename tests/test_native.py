@@ -682,7 +682,7 @@ def test_build_is_cached_and_keyed(tmp_path: Any) -> None:
     assert sorted(w for w in link.split() if w.endswith(".o")) == sorted(objs)
     library = os.path.basename(a.stdout.strip())
     manifest = library.removesuffix(".so") + ".json"
-    assert sorted(p.name for p in cache.iterdir()) == [".locks", library, manifest]  # no temp files left
+    assert sorted(p.name for p in cache.iterdir()) == sorted([".locks", library, manifest])  # no temp files left
     made = json.loads((cache / manifest).read_text())
     assert made["compiler_version"] == "fake-c++ 1.0" and made["flags"] == list(_cpu_build.FLAGS), made
     # the compiler is not in the key (a process without one loads what another built): another
@@ -693,7 +693,7 @@ def test_build_is_cached_and_keyed(tmp_path: Any) -> None:
     d = _run("from jln.kernels import _cpu_build; print(_cpu_build.build(force=True))", CXX=cxx2, JLN_CACHE_DIR=str(cache))
     assert d.returncode == 0 and d.stdout == a.stdout and len(_builds(log)) == 2, d.stderr
     assert json.loads((cache / manifest).read_text())["compiler_version"] == "fake-c++ 2.0"
-    assert sorted(p.name for p in cache.iterdir()) == [".locks", library, manifest]
+    assert sorted(p.name for p in cache.iterdir()) == sorted([".locks", library, manifest])
 
 
 COMPILING = "jln: compiling its native CPU kernels for this machine"
