@@ -7,7 +7,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 include="$(python -c 'import jax; print(jax.ffi.include_dir())')"
-flags="$(python -c 'from jln.kernels import _cpu; print(" ".join(f for f in _cpu.FLAGS if f not in ("-shared", "-fPIC")))')"
+flags="$(python -c 'from jln.kernels import _cpu_build; print(" ".join(f for f in _cpu_build.FLAGS if f not in ("-shared", "-fPIC")))')"
 exe="$(mktemp -d)/native_kernel"
 # shellcheck disable=SC2086
 "${CXX:-c++}" $flags -I"$include" "$here/native_kernel.cc" -o "$exe"

@@ -48,8 +48,8 @@ def layer_norm(
         2**-101 (e.g. 0) each row's squares are summed scaled by a power of two (on the XLA
         path), so a row whose variance lies outside float32's normal range still normalizes.
       impl: ``"auto"`` (on a single-device CPU backend jln's native CPU kernels where they
-        apply; on a GPU the Pallas kernels, for rows up to 16384 wide; else XLA), ``"xla"``,
-        ``"native"`` (the CPU kernels, or ``ValueError`` saying why not) or ``"pallas"``
+        apply, once ``jln build`` has built them; on a GPU the Pallas kernels, for rows up to 16384 wide; else XLA), ``"xla"``,
+        ``"native"`` (the CPU kernels, or ``ValueError`` saying why not: e.g. not built) or ``"pallas"``
         (interpret mode on CPU). All give the same contract (see the README's kernels section).
       axis_name: inside ``jax.shard_map``/``jax.pmap``: the mesh axis name (or tuple of
         names) across which the normalized axes are split (tensor parallelism). ``x`` is the

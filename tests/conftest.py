@@ -25,6 +25,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "examples: runs the examples/ scripts (deselect with -m 'not examples')")
+    if not hasattr(config, "workerinput"):  # the controller: xdist's workers start after it, find them built
+        _NATIVE.append(_build_native_kernels())
+
+
+_NATIVE: list[str] = []  # what the session's build of the native CPU kernels came to
+
+
+def _build_native_kernels() -> str:
+    """Build jln's native CPU kernels once per session (as `jln build` does; no jln call compiles
+    them), so the tests exercise them wherever they can be built; say what came of it."""
+    import os
+    import time
+
+    if os.environ.get("JLN_NATIVE") == "0" or jax.default_backend() != "cpu":
+        return "not built (JLN_NATIVE=0 or not a CPU backend)"
+    from jln.kernels import _cpu_build
+
+    start = time.perf_counter()
+    try:
+        path = _cpu_build.build()
+    except Exception as e:  # test_native_build's test_session_built_the_kernels fails with it
+        return f"not built: {type(e).__name__}: {e}"
+    return f"{path.name} ({time.perf_counter() - start:.1f} s)"
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return f"jln native CPU kernels: {_NATIVE[0]}" if _NATIVE else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

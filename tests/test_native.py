@@ -7,6 +7,7 @@ elementwise, forward and backward, through every transform, and the fallbacks ar
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import platform
@@ -26,7 +27,7 @@ import numpy as np
 import pytest
 
 import jln
-from jln.kernels import _cpu
+from jln.kernels import _cpu, _cpu_build
 
 pytestmark = pytest.mark.skipif(
     jax.default_backend() != "cpu" or _cpu.available() is not None,
@@ -398,8 +399,8 @@ def test_kernel_harness_compiles() -> None:
     # change of their signatures breaks it without any other test noticing: compile it (syntax
     # and template instantiation only) with the flags jln builds the kernels with
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    flags = [f for f in _cpu.FLAGS if f not in ("-shared", "-fPIC")]
-    cmd = [_cpu._compiler() or "c++", *flags, "-fsyntax-only", f"-I{jax.ffi.include_dir()}",
+    flags = [f for f in _cpu_build.FLAGS if f not in ("-shared", "-fPIC")]
+    cmd = [_cpu_build.compiler() or "c++", *flags, "-fsyntax-only", f"-I{jax.ffi.include_dir()}",
            os.path.join(root, "bench", "native_kernel.cc")]
     r = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr[-4000:]
@@ -416,7 +417,7 @@ def test_forward_sweeps_keep_their_prefetches() -> None:
     objdump = shutil.which("objdump")
     if platform.machine() != "x86_64" or objdump is None:
         pytest.skip("reads x86-64 machine code with binutils' objdump")
-    text = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(_cpu._build())], capture_output=True,
+    text = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(_cpu.library())], capture_output=True,
                           text=True, check=True).stdout
     counts: dict[str, int] = {}
     calls: dict[str, list[str]] = {}
@@ -583,7 +584,7 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 PROBE = """
     import jax, jax.numpy as jnp, jln
-    from jln.kernels import _cpu
+    from jln.kernels import _cpu, _cpu_build
     x = jnp.ones((4, 8))
     print("REASON", _cpu.available())
     print("HLO", "jln_cpu_norm" in jax.jit(lambda x: jln.layer_norm(x)).lower(x).as_text())
@@ -595,12 +596,12 @@ PROBE = """
 """
 
 
-def test_without_a_compiler_auto_stays_on_xla(tmp_path: Any) -> None:
+def test_unbuilt_auto_stays_on_xla(tmp_path: Any) -> None:
     done = _run(PROBE, CXX=str(tmp_path / "no-such-compiler"), JLN_CACHE_DIR=str(tmp_path))
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "HLO False" in out and "Y -1.52" in out, out  # XLA path, same answer
-    assert "ERR jln.layer_norm: impl='native' is not available here" in out and "no-such-compiler" in out, out
+    assert "ERR jln.layer_norm: impl='native' is not available here" in out and "`jln build`" in out, out
 
 
 def test_env_switch_disables_native() -> None:
@@ -620,7 +621,7 @@ def _fake_compiler(path: Any, version: str, log: Any) -> str:
     call, writes a stand-in object file for a compile (``-c``) and, for the link, this
     session's real kernel library to its ``-o`` path (the build machinery is under test here,
     not the compiler: a real build takes minutes)."""
-    real = _cpu._build()
+    real = _cpu.library()
     path.write_text(textwrap.dedent(f"""\
         #!{sys.executable}
         import shutil, sys, time
@@ -654,7 +655,7 @@ def _builds(log: Any) -> list[list[str]]:
 
 def test_build_is_cached_and_keyed(tmp_path: Any) -> None:
     cache, log = tmp_path / "cache", tmp_path / "builds.log"
-    build = "from jln.kernels import _cpu; print(_cpu._build())"
+    build = "from jln.kernels import _cpu_build; print(_cpu_build.build())"
     cxx = _fake_compiler(tmp_path / "cxx", "fake-c++ 1.0", log)
     env = dict(CXX=cxx, JLN_CACHE_DIR=str(cache))
     # two processes at once: one builds while the other waits for its lock, then loads its library
@@ -674,18 +675,25 @@ def test_build_is_cached_and_keyed(tmp_path: Any) -> None:
     *compiles, link = builds[0]
     # each part once, with the kernel flags, then one link of all of them
     assert sorted(" ".join(w for w in c.split() if w.startswith("-DJLN_")) for c in compiles) == sorted(
-        " ".join(("-DJLN_SPLIT", *part)) for part in _cpu.PARTS)
+        " ".join(("-DJLN_SPLIT", *part)) for part in _cpu_build.PARTS)
     for c in compiles:
-        assert all(f in c.split() for f in _cpu.FLAGS) and str(_cpu.SOURCE) in c and " -c " in c, c
+        assert all(f in c.split() for f in _cpu_build.FLAGS) and str(_cpu_build.SOURCE) in c and " -c " in c, c
     objs = [c.split()[c.split().index("-o") + 1] for c in compiles]
     assert sorted(w for w in link.split() if w.endswith(".o")) == sorted(objs)
     library = os.path.basename(a.stdout.strip())
-    assert sorted(p.name for p in cache.iterdir()) == [".locks", library]  # no temp files left
-    # another compiler (its version) is another key: a build of its own beside the first
-    c = _run(build, CXX=_fake_compiler(tmp_path / "cxx2", "fake-c++ 2.0", log), JLN_CACHE_DIR=str(cache))
-    assert c.returncode == 0, c.stderr
-    assert c.stdout != a.stdout and len(_builds(log)) == 2
-    assert sorted(p.name for p in cache.iterdir()) == sorted([".locks", library, os.path.basename(c.stdout.strip())])
+    manifest = library.removesuffix(".so") + ".json"
+    assert sorted(p.name for p in cache.iterdir()) == sorted([".locks", library, manifest])  # no temp files left
+    made = json.loads((cache / manifest).read_text())
+    assert made["compiler_version"] == "fake-c++ 1.0" and made["flags"] == list(_cpu_build.FLAGS), made
+    # the compiler is not in the key (a process without one loads what another built): another
+    # compiler finds the library built, and builds only when forced, in place
+    cxx2 = _fake_compiler(tmp_path / "cxx2", "fake-c++ 2.0", log)
+    c = _run(build, CXX=cxx2, JLN_CACHE_DIR=str(cache))
+    assert c.returncode == 0 and c.stdout == a.stdout and len(_builds(log)) == 1, c.stderr
+    d = _run("from jln.kernels import _cpu_build; print(_cpu_build.build(force=True))", CXX=cxx2, JLN_CACHE_DIR=str(cache))
+    assert d.returncode == 0 and d.stdout == a.stdout and len(_builds(log)) == 2, d.stderr
+    assert json.loads((cache / manifest).read_text())["compiler_version"] == "fake-c++ 2.0"
+    assert sorted(p.name for p in cache.iterdir()) == sorted([".locks", library, manifest])
 
 
 COMPILING = "jln: compiling its native CPU kernels for this machine"
@@ -699,7 +707,7 @@ def test_a_build_waiting_for_another_says_so(tmp_path: Any, caplog: pytest.LogCa
     entered = threading.Event()
 
     def waiter() -> None:
-        with _cpu._build_lock(path):
+        with _cpu_build._build_lock(path):
             entered.set()
 
     with open(path, "a") as held, caplog.at_level(logging.WARNING, logger="jln"):
@@ -722,10 +730,12 @@ def test_jln_build_command(tmp_path: Any) -> None:
     first, again = _run(cmd, **env), _run(cmd, **env)
     for done in (first, again):
         assert done.returncode == 0, done.stderr
-        lib = Path(done.stdout.split(": ")[-1].strip())
-        assert done.stdout.startswith("jln build: native CPU kernels ready") and lib.parent == cache, done.stdout
+        ready, made = done.stdout.splitlines()
+        lib = Path(ready.split(": ")[-1].strip())
+        assert ready.startswith("jln build: native CPU kernels ready") and lib.parent == cache, done.stdout
         assert lib.is_file() and lib.suffix == ".so", lib
-    assert first.stdout.split(": ")[-1] == again.stdout.split(": ")[-1]
+        assert made.startswith("jln build: built ") and made.endswith("by fake-c++ 1.0"), made
+    assert first.stdout.splitlines()[0].split(": ")[-1] == again.stdout.splitlines()[0].split(": ")[-1]
     assert COMPILING in first.stderr and COMPILING not in again.stderr, (first.stderr, again.stderr)
     assert len(_builds(log)) == 1  # the second found it built
     # where the kernels cannot be had: exit 1, and why
@@ -741,16 +751,16 @@ def test_build_prunes_libraries_unused_for_a_month(tmp_path: Any) -> None:
     day = 24 * 3600
     now = time.time()
     old, recent, other = cache / "jln_cpu_norm-0123456789abcdef.so", cache / "jln_cpu_norm-fedcba9876543210.so", cache / "notes.txt"
-    old_lock = cache / ".locks" / "0123456789abcdef.lock"
-    for path, age in ((old, 31), (recent, 29), (other, 400), (old_lock, 31)):
+    old_lock, old_manifest = cache / ".locks" / "0123456789abcdef.lock", cache / "jln_cpu_norm-0123456789abcdef.json"
+    for path, age in ((old, 31), (recent, 29), (other, 400), (old_lock, 31), (old_manifest, 31)):
         path.write_text("stand-in")
         os.utime(path, (now - age * day, now - age * day))
-    build = "from jln.kernels import _cpu; print(_cpu._build())"
+    build = "from jln.kernels import _cpu_build; print(_cpu_build.build())"
     env = dict(CXX=_fake_compiler(tmp_path / "cxx", "fake-c++ 1.0", log), JLN_CACHE_DIR=str(cache))
     a = _run(build, **env)
     assert a.returncode == 0, a.stderr
     lib = Path(a.stdout.strip())
-    assert not old.exists() and not old_lock.exists()  # unused for 31 days: deleted with its lock
+    assert not old.exists() and not old_lock.exists() and not old_manifest.exists()  # unused for 31 days: deleted
     assert recent.exists() and other.exists() and lib.exists()  # 29 days, not a library, the new one
     # using a library marks it used: an old one that a process loads is kept
     os.utime(lib, (now - 40 * day, now - 40 * day))
@@ -777,7 +787,7 @@ def test_build_failure_names_the_part(tmp_path: Any) -> None:
         """))
     cxx.chmod(0o755)
     cache = tmp_path / "cache"
-    done = _run("from jln.kernels import _cpu; _cpu._build()", CXX=str(cxx), JLN_CACHE_DIR=str(cache))
+    done = _run("from jln.kernels import _cpu_build; _cpu_build.build()", CXX=str(cxx), JLN_CACHE_DIR=str(cache))
     assert done.returncode != 0
     assert "(-DJLN_MAIN) failed" in done.stderr and "no handlers today" in done.stderr, done.stderr[-2000:]
     assert sorted(p.name for p in cache.iterdir()) == [".locks"]

@@ -1,4 +1,4 @@
-"""Native CPU kernels: jln's LayerNorm/RMSNorm contract as XLA FFI calls, built on first use.
+"""Native CPU kernels: jln's LayerNorm/RMSNorm contract as XLA FFI calls, built by ``jln build``.
 
 Why: on CPU, XLA runs row sums as library reduction fusions that cannot take a per-row
 broadcast (``x - mean``) as their input, so the exact two-pass statistics of the XLA path
@@ -33,32 +33,19 @@ Transforms, all with public JAX machinery except small primitives of jln's own:
   implements when the computation is lowered for export (a custom call without a
   compatibility guarantee cannot be serialized) or for another platform.
 
-The library is compiled with the system C++ compiler (``$CXX``, else ``c++``/``g++``/
-``clang++``) against the FFI headers of the installed jaxlib and cached under
-``$JLN_CACHE_DIR`` (default ``~/.cache/jln``), keyed by source, compiler, flags, jaxlib and
-CPU. It is built in parts (:data:`PARTS`: the handlers, and one (x dtype, y dtype) pair's
-kernels each), compiled side by side on the cores this process may use and linked into one
-library; processes that need the same library at once wait for one build (a file lock).
-Without a compiler, or with ``JLN_NATIVE=0``, ``impl="auto"`` keeps the XLA path.
+The library is built ahead of time, never inside a call: ``jln build`` compiles it for this
+machine and jaxlib into a cache (:mod:`jln.kernels._cpu_build`), and :func:`available` only
+loads it from there. Not built, with ``JLN_NATIVE=0``, or on several devices, ``impl="auto"``
+runs the XLA path; ``impl="native"`` raises ``ValueError`` saying why (and how to build).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
-import ctypes
 import functools
-import hashlib
 import logging
 import math
 import os
-import platform
-import shutil
-import subprocess
-import tempfile
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -70,182 +57,22 @@ from jln import _checks, _distributed, _stats
 from jln._contract import NormSpec, add_in
 from jln._contract.layer_norm import LayerNormSpec, modulation_dtypes
 from jln._contract.rms_norm import RMSNormSpec
-from jln.kernels import _export
+from jln.kernels import _cpu_build, _export
 
 Array = jax.Array
 
-SOURCE = Path(__file__).with_name("cpu_norm.cc")
-# -ffp-contract=off: a * b + c rounds twice, as in the XLA body (no compiler-chosen FMAs)
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-w")
-#: The library's translation units (see JLN_SPLIT in cpu_norm.cc), roughly the longest builds
-#: first: one per (x dtype, y dtype) pair (0 float32, 1 bfloat16, 2 float16), then the
-#: handlers. One EPYC core, g++ 12: 4-13 s each, bfloat16 to bfloat16 the longest; 85 s in
-#: all against 83 s for one unit, so 46 s on 2 cores and about 13 s on 9 or more.
-PARTS = (*((f"-DJLN_KX={kx}", f"-DJLN_KY={ky}") for kx in (1, 2, 0) for ky in (1, 2, 0)), ("-DJLN_MAIN",))
 _LOG = logging.getLogger("jln")
 _KINDS = {jnp.dtype(jnp.float32): 0, jnp.dtype(jnp.bfloat16): 1, jnp.dtype(jnp.float16): 2}
 _FWD, _FWD_ADD, _BWD = "jln_cpu_norm_fwd", "jln_cpu_norm_add_fwd", "jln_cpu_norm_bwd"
 
 
-# ----------------------------------------------------------------------------- build and load
-
-
-def _cache_dir() -> Path:
-    if os.environ.get("JLN_CACHE_DIR"):
-        return Path(os.environ["JLN_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "jln"
-
-
-def _compiler() -> str | None:
-    if os.environ.get("CXX"):
-        return shutil.which(os.environ["CXX"]) or os.environ["CXX"]
-    for name in ("c++", "g++", "clang++"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
-def _cpu_signature() -> str:
-    """What ``-march=native`` depends on: the CPU's feature flags (Linux) or its name."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return line
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-@contextlib.contextmanager
-def _build_lock(path: Path) -> Iterator[None]:
-    """Holds an exclusive lock on ``path`` (POSIX; elsewhere no lock: concurrent builders then
-    build side by side, each into its own temp files); says so when another process holds it."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # held: another process is building this library
-            _LOG.warning("jln: waiting for another process that is building jln's native CPU kernels (%s)", path.stem)
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _compile(cxx: str, include: str, tmpdir: str, workers: int) -> list[str]:
-    """Compile :data:`PARTS` side by side (``workers`` at once); return the object files, in
-    :data:`PARTS` order."""
-    objs = [os.path.join(tmpdir, f"part{k}.o") for k in range(len(PARTS))]
-
-    def one(k: int) -> subprocess.CompletedProcess[str]:
-        cmd = [cxx, *FLAGS, "-DJLN_SPLIT", *PARTS[k], f"-I{include}", "-c", str(SOURCE), "-o", objs[k]]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        done = list(pool.map(one, range(len(PARTS))))
-    for k, d in enumerate(done):
-        if d.returncode != 0:
-            raise RuntimeError(f"compiling {SOURCE.name} ({' '.join(PARTS[k])}) failed: {d.stderr.strip()[-2000:]}")
-    return objs
-
-
-def _build() -> Path:
-    """Compile ``cpu_norm.cc`` (once per key, :data:`PARTS` in parallel) and return the shared
-    library's path."""
-    cxx = _compiler()
-    if cxx is None:
-        raise RuntimeError("no C++ compiler found (set $CXX, or install g++ or clang++)")
-    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout
-    import jaxlib
-
-    include = jax.ffi.include_dir()
-    key = hashlib.sha256(
-        "\0".join([SOURCE.read_text(), cxx, version, " ".join(FLAGS), repr(PARTS), jaxlib.__version__,
-                   include, platform.machine(), _cpu_signature()]).encode()
-    ).hexdigest()[:16]
-    out = _library(key)
-    if _touch(out):
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with _build_lock(_lock(key)):
-        if _touch(out):  # built by another process while this one waited
-            return out
-        workers = max(1, min(len(PARTS), _cores()))
-        _LOG.warning(
-            "jln: compiling its native CPU kernels for this machine, once per compiler, jaxlib and CPU "
-            "(%d parts, %d at a time; about a minute on 2 cores) into %s. `jln build` does this ahead of "
-            "time; JLN_NATIVE=0 keeps jln on the XLA path instead.", len(PARTS), workers, out.parent)
-        start = time.perf_counter()
-        tmpdir = tempfile.mkdtemp(prefix=".build-", dir=out.parent)
-        try:
-            objs = _compile(cxx, include, tmpdir, workers)
-            lib = os.path.join(tmpdir, out.name)
-            done = subprocess.run([cxx, "-shared", "-fPIC", *objs, "-o", lib], capture_output=True, text=True,
-                                  timeout=300)
-            if done.returncode != 0:
-                raise RuntimeError(f"linking {SOURCE.name} failed: {done.stderr.strip()[-2000:]}")
-            os.replace(lib, out)  # atomic: a reader sees no library or the whole one
-        finally:
-            shutil.rmtree(tmpdir, ignore_errors=True)
-        _LOG.warning("jln: native CPU kernels built in %.0f s: %s", time.perf_counter() - start, out.name)
-    _prune(out)
-    return out
-
-
-#: A cached library no process has used for this long is deleted when another one is built
-#: (each source, compiler, jaxlib or CPU change builds a new one, about 5 MB).
-PRUNE_AFTER_S = 30 * 24 * 3600
-
-
-def _library(key: str) -> Path:
-    return _cache_dir() / f"jln_cpu_norm-{key}.so"
-
-
-def _lock(key: str) -> Path:
-    return _cache_dir() / ".locks" / f"{key}.lock"
-
-
-def _touch(lib: Path) -> bool:
-    """Whether ``lib`` exists; if it does, its modification time becomes now (its last use)."""
-    try:
-        os.utime(lib)
-    except FileNotFoundError:
-        return False
-    except OSError:  # a read-only cache: the library is there, its age stays
-        return lib.exists()
-    return True
-
-
-def _prune(keep: Path) -> None:
-    """Delete the cache's other libraries (and their lock files) unused for :data:`PRUNE_AFTER_S`."""
-    now = time.time()
-    for old in keep.parent.glob(_library("*").name):
-        try:
-            if old != keep and now - old.stat().st_mtime > PRUNE_AFTER_S:
-                old.unlink()
-                _lock(old.stem.removeprefix("jln_cpu_norm-")).unlink(missing_ok=True)
-        except OSError:  # another user's file, or pruned by another process meanwhile
-            pass
+# ----------------------------------------------------------------------------- load
 
 
 _LOCK = threading.Lock()
 _LIBRARY: Path | None = None  # the library this process loaded
+_REFUSED: str | None = None  # why the kernels cannot be used in this process, once known for good
+_TOLD = False  # whether this process has logged that the kernels are not built
 
 
 def library() -> Path | None:
@@ -254,34 +81,44 @@ def library() -> Path | None:
     return _LIBRARY
 
 
-def _load() -> str | None:
-    """Build, load and register the kernels once per process (thread-safe); ``None`` when
-    ready, else the reason why not."""
+def available() -> str | None:
+    """``None`` if the native CPU kernels are ready to use, else a sentence saying why not.
+
+    Loads and registers the kernels the first time they are found built (thread-safe), and
+    never compiles them (``jln build`` does, :func:`jln.kernels._cpu_build.build`). Not built
+    is not final: a build later in this process, or by another, is found by the next call.
+    """
+    if _LIBRARY is not None:
+        return None
     with _LOCK:
         return _load_locked()
 
 
-@functools.cache
 def _load_locked() -> str | None:
+    global _LIBRARY, _REFUSED, _TOLD
+    if _LIBRARY is not None or _REFUSED is not None:
+        return _REFUSED
     if os.environ.get("JLN_NATIVE") == "0":
-        return "disabled by the environment variable JLN_NATIVE=0"
-    global _LIBRARY
+        _REFUSED = "disabled by the environment variable JLN_NATIVE=0"
+        return _REFUSED
     try:
         _register_primitive()
-        path = _build()
-        lib = ctypes.CDLL(str(path))
+        lib = _cpu_build.load()
         jax.ffi.register_ffi_target(_FWD, jax.ffi.pycapsule(lib.JlnNormFwd), platform="cpu")
         jax.ffi.register_ffi_target(_FWD_ADD, jax.ffi.pycapsule(lib.JlnNormAddFwd), platform="cpu")
         jax.ffi.register_ffi_target(_BWD, jax.ffi.pycapsule(lib.JlnNormBwd), platform="cpu")
-    except Exception as e:  # no compiler, a failed build, or a JAX without the APIs used here
-        return f"the native CPU kernels could not be built or loaded ({type(e).__name__}: {e})"
-    _LIBRARY = path
+    except _cpu_build.NotBuiltError as e:
+        if not _TOLD:
+            _TOLD = True
+            _LOG.info("jln: impl='auto' runs CPU norms on the XLA path, as %s; impl='auto' takes the "
+                      "faster native kernels once they are built", e)
+        return str(e)
+    except Exception as e:  # a library the loader refuses, or a JAX without the APIs used here
+        _REFUSED = (f"the native CPU kernels could not be loaded ({type(e).__name__}: {e}); "
+                    "`jln build --force` rebuilds them")
+        return _REFUSED
+    _LIBRARY = _cpu_build.library_path()
     return None
-
-
-def available() -> str | None:
-    """``None`` if the native CPU kernels are ready to use, else a sentence saying why not."""
-    return _load()
 
 
 # ----------------------------------------------------------------------------- the contract
@@ -694,18 +531,6 @@ def _rms_flags(spec: RMSNormSpec) -> tuple[bool, bool, tuple[int, ...], float]:
 
 #: The families these kernels implement, and each one's flags.
 FLAGS_OF: dict[str, Any] = {"layer_norm": _ln_flags, "rms_norm": _rms_flags}
-
-
-def _grouped(p: Array, x_shape: tuple[int, ...], k: int, n: int) -> Array:
-    """A parameter broadcastable against ``x`` as ``[groups, n]`` (its own dtype): rows of ``x`` in
-    equal consecutive blocks (1 group for a per-feature vector, one per example for a
-    ``[B, 1, D]`` condition; a layout that is not a prefix of the row axes is broadcast)."""
-    p = jnp.asarray(p)
-    p = p.reshape((1,) * (len(x_shape) - p.ndim) + p.shape)
-    lead = p.shape[:k]
-    i = max((j + 1 for j, d in enumerate(lead) if d != 1), default=0)
-    p = jnp.broadcast_to(p, x_shape[:i] + (1,) * (k - i) + x_shape[k:])
-    return p.reshape(math.prod(x_shape[:i]), n)
 
 
 def run(spec: NormSpec, x: Array, operands: tuple[Array | None, ...], addends: tuple[Array, Array] | None = None) -> Any:

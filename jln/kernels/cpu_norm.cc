@@ -1,5 +1,5 @@
 // jln's native CPU kernels: LayerNorm and RMSNorm rows, forward and backward, as XLA FFI
-// handlers. Built on first use by jln/kernels/_cpu.py with the system C++ compiler.
+// handlers. Built ahead of time by `jln build` (jln/kernels/_cpu_build.py) with the system C++ compiler.
 //
 // Contract (the same as jln._layer_norm.ln_body / jln._rms_norm.rms_body without modulation,
 // which jln's tests compare these kernels against):
@@ -70,7 +70,7 @@ namespace ffi = xla::ffi;
 #define JLN_INLINE
 #endif
 
-// One translation unit, or (JLN_SPLIT, how jln/kernels/_cpu.py builds it) several compiled in
+// One translation unit, or (JLN_SPLIT, how jln/kernels/_cpu_build.py builds it) several compiled in
 // parallel and linked into one library: the part with JLN_MAIN holds the FFI handlers, and
 // the part with JLN_KX and JLN_KY the bodies of one (x dtype, y dtype) pair's forward and
 // backward. Split, the kernels live in a named namespace of hidden visibility (the parts call

@@ -19,8 +19,9 @@ whichever implementations are compared).
   so a machine whose speed drifts (a shared host, a throttling chip) shifts them alike and
   their ratios hold; each round's order is a seeded shuffle, so no implementation always
   follows the same other. Compilation is timed separately. On a CPU, jln's native kernel
-  library is built or loaded before the first case (the report's ``native_kernels``), so no
-  case's compile time holds its one-time build.
+  library is loaded before the first case (the report's ``native_kernels``), so no case's
+  compile time holds its loading; it is not built here (``jln build`` builds it): unbuilt,
+  *jln* runs the XLA path and *jln-native* is skipped, as the report says.
 * The floor: a copy of the same buffers (2·M·N·b): XLA's ``-x`` and, when torch is installed
   (whether or not a torch implementation is compared), torch's ``copy_`` into one destination
   (as XLA's output reuses one allocation), the faster of the two; timed once per shape and
@@ -49,6 +50,7 @@ import mmap
 import os
 import platform
 import random
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -467,14 +469,17 @@ class _Runner:
 
     @staticmethod
     def _native_kernels(impls_: Sequence[str]) -> dict[str, Any] | None:
-        """On a CPU, build or load jln's native kernels before any case: the first jln case's
-        compile time would otherwise hold the library's one-time build (about a minute)."""
+        """On a CPU, load jln's native kernels before any case (the first jln case's compile
+        time would otherwise hold the loading); where they are not built (``jln build``), say
+        so before the run: *jln* then measures the XLA path."""
         if jax.default_backend() != "cpu" or not {"jln", "jln-native"} & set(impls_):
             return None
         from jln.kernels import _cpu
 
         t0 = time.perf_counter()
         reason = _cpu.available()
+        if reason is not None:
+            print(f"jln bench: {reason}; `jln` runs the XLA path here and `jln-native` is skipped", file=sys.stderr)
         return {"ready": reason is None, "reason": reason, "load_s": time.perf_counter() - t0}
 
     @staticmethod
