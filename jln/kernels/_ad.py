@@ -57,6 +57,9 @@ class Backend:
     backward: Callable[..., tuple[Array, ...]]
     body: Callable[..., Array]
     broadcast: bool  # vmap: unmapped parameters get the mapped axis too
+    #: which parameters' values the backward reads (default: all); reverse mode keeps only
+    #: those (a parameter the norm is affine in, a bias or shift, goes in as a placeholder)
+    needed: Callable[[Any], tuple[bool, ...]] | None = None
 
 
 def _n_x(spec: Any) -> int:
@@ -115,7 +118,9 @@ def _forward_jvp(backend: Backend, spec: Any, primals: tuple[Any, ...], tangents
     # zero tangents (inputs not differentiated) stay out of the residuals: scalar placeholders
     present = tuple(not _zero(t) for t in tangents)
     tans = [t if on else jnp.zeros((), p.dtype) for t, p, on in zip(tangents, primals, present, strict=True)]
-    lin = _lin_p.bind(*tans, base, *primals[nx:], *outs[nx:], backend=backend, spec=spec, present=present)
+    needed = backend.needed(spec) if backend.needed else (True,) * (len(primals) - nx)
+    params = [p if need else jnp.zeros((1,) * p.ndim, p.dtype) for p, need in zip(primals[nx:], needed, strict=True)]
+    lin = _lin_p.bind(*tans, base, *params, *outs[nx:], backend=backend, spec=spec, present=present)
     return outs, (*lin, *(jnp.zeros_like(st) for st in outs[nx:]))
 
 
@@ -195,6 +200,9 @@ def _lin_impl(*args: Array, backend: Backend, spec: Any, present: tuple[bool, ..
     """The tangent map, evaluated with the XLA body's JVP (forward mode)."""
     nx = _n_x(spec)
     tans, base, params, _ = _split(present, nx, args)
+    # a placeholder value (one the tangent does not depend on) is zeros of its tangent's shape
+    params = tuple(jnp.zeros_like(t) if on and t.shape != p.shape else p
+                   for t, p, on in zip(tans[nx:], params, present[nx:], strict=True))
     dtypes = [base.dtype] if spec.add is None else list(spec.add[1:])
     full = [t if on else jnp.zeros(v.shape, dt)
             for t, on, v, dt in zip(tans, present, (base,) * nx + params, dtypes + [p.dtype for p in params], strict=True)]
@@ -214,6 +222,9 @@ def _lin_transpose(cts: Any, *args: Any, backend: Backend, spec: Any, present: t
     if all(type(c) is ad.Zero for c in cts):
         return [None] * len(args)
     ct_s = None if spec.add is None else ad.instantiate_zeros(cts[1])
+    # a placeholder value whose gradient is wanted: zeros of the gradient's shape
+    params = tuple(jnp.zeros(t.aval.shape, t.aval.dtype) if on and ad.is_undefined_primal(t) and t.aval.shape != p.shape
+                   else p for t, p, on in zip(tans[_n_x(spec):], params, present[_n_x(spec):], strict=True))
     backward: Any = _backward  # custom_jvp: mypy does not see through nondiff_argnums
     d_base, *d_params = backward(backend, spec, base, ad.instantiate_zeros(cts[0]), ct_s, tuple(stats), *params)
     d_x = [d_base] if spec.add is None else [d_base.astype(spec.add[1]), d_base.astype(spec.add[2])]

@@ -458,13 +458,23 @@ def _kernel_forward(spec: Spec, *args: Array) -> tuple[Array, ...]:
 
 def _kernel_backward(spec: Spec, x: Array, ct: Array, ct_s: Array | None, stats: tuple[Array, ...],
                      params: tuple[Array, ...]) -> tuple[Array, ...]:
+    # a placeholder parameter (see _needed) whose gradient is not wanted: not computed
+    spec = spec._replace(has=tuple(h and p.shape[-1] == x.shape[-1] for h, p in zip(spec.has, params, strict=True)))
     dx, *dp = _bwd_p.bind(ct, x, *params, *stats, spec=spec)
     # float32 sums, rounded once to each parameter's dtype (as the XLA path's gradients)
     dp = [d.astype(p.dtype) if on else jnp.zeros_like(p) for d, p, on in zip(dp, params, spec.has, strict=True)]
     return (dx if ct_s is None else dx + ct_s, *dp)
 
 
-BACKEND = _ad.Backend(_kernel_forward, _kernel_backward, _xla, broadcast=True)
+def _needed(spec: Spec) -> tuple[bool, ...]:
+    """Which parameter values the backward kernel reads: the scale, the modulation scale, and
+    the bias only under modulation (the backward recomputes the modulated value); never the
+    shift (the XLA path does not keep the others either)."""
+    has = spec.has
+    return (has[0], has[1] and has[3], False, has[3])
+
+
+BACKEND = _ad.Backend(_kernel_forward, _kernel_backward, _xla, broadcast=True, needed=_needed)
 _NP = 4  # parameters: scale, bias, shift, mscale
 
 
