@@ -18,7 +18,7 @@ on TPUs (``_plan.max_width``); wider rows raise with ``impl="pallas"`` and run o
 Transforms: reverse mode (``grad``, ``vjp``) runs the Pallas backward kernels; forward mode
 (``jvp``, ``jacfwd``) evaluates the tangent with the XLA body's JVP, and derivatives of the
 backward (grad-of-grad, Hessians) go through the XLA body's VJP
-(:mod:`jln.kernels._norm`'s ``jln_pallas_norm_lin`` primitive, as the native CPU kernels do).
+(:mod:`jln.kernels._ad`, shared with the native CPU kernels).
 
 Sharding: under ``jax.jit`` on a mesh with ``AxisType.Explicit`` axes, an ``x`` split along
 its rows (batch/sequence axes) runs the kernel on each device's block (``jax.shard_map``

@@ -1,4 +1,4 @@
-"""The Pallas forward and backward kernels and their ``custom_vjp``.
+"""The Pallas forward and backward kernels.
 
 Layout: ``x`` is viewed as ``[rows, n]`` (the normalized axes are trailing and contiguous) and
 each forward program owns one block of ``block_rows`` rows (see :mod:`jln.kernels._plan`). Each
@@ -38,6 +38,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from jln._contract import NormSpec, add_in
+from jln.kernels import _ad
 from jln.kernels._plan import Plan, group_block_ok, make_plan
 from jln.kernels._portable import portable
 
@@ -498,7 +499,7 @@ def _wide_fwd_kernel(spec: Spec, *refs: Any) -> None:
         valid = _and(rows_ok, cols)
         if s_ref is not None:  # s is written here, once, in the pass that writes y
             _put(plan, s_ref, c0, size, x, valid)
-        if c is not None:  # (x - hi) - c, as on whole rows
+        if m is not None and c is not None:  # (x - hi) - c, as on whole rows
             h = _zero_outside(cols, (x - m) - c) * rstd
         else:
             h = x / rstd if spec.seed else x * rstd
@@ -791,11 +792,10 @@ def backward_nd(
 
 # ----------------------------------------------------------------------------- differentiation
 #
-# The kernel call is a ``jax.custom_jvp`` whose tangent is ``jln_pallas_norm_lin``, a primitive
-# linear in the tangents of x (and the residual) and of the operands. Forward mode evaluates it
-# with the XLA body's own JVP (``jvp``/``jacfwd`` give the XLA path's numbers); reverse mode
-# transposes it into the backward kernel, which reads only x (s with a fused add), the
-# operands and the per-row statistics: those are the residuals, as with the XLA path.
+# jln.kernels._ad makes the kernel calls (through jln.kernels._partition, so XLA's partitioner
+# can split the rows across devices) one differentiable function: forward mode is the XLA
+# body's JVP, reverse mode the backward kernel, which reads only x (s with a fused add), the
+# operands and the per-row statistics: the residuals of the XLA path.
 
 
 def _body(spec: Spec, x: Array, *ops: Array) -> Array:
@@ -827,196 +827,33 @@ def backward_xla(spec: Spec, x: Array, dy: Array, *rest: Array) -> tuple[Array, 
     """:func:`backward_nd`'s ``(dx, *d_ops)`` from the XLA body's VJP, where the kernel is not
     taken; ``rest``: ``ds`` with a fused add, the statistics (unread), the operands."""
     ds, _, ops = split_rest(spec, rest)
-    return backward_ref(spec, x, dy, ds, *ops)
+    d_x, *d_ops = jax.vjp(functools.partial(_body, spec), x, *ops)[1](dy)
+    return (d_x if ds is None else d_x + ds, *d_ops)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _kernels(spec: Spec, *args: Array) -> tuple[Array, ...]:
-    """``(y, [s,] *stats)`` from ``args = (x, [residual,] *ops)``; only ``y`` (and ``s``) are
-    differentiated (the statistics are caches the tangent and backward rules never
-    differentiate through)."""
+def _kernel_forward(spec: Spec, *args: Array) -> tuple[Array, ...]:
     from jln.kernels import _partition
 
     return tuple(_partition.forward(spec, args[: spec.n_x], args[spec.n_x :]))
 
 
-def _placeholder(dtype: Any) -> Array:
-    return jnp.zeros((), dtype)
-
-
-def kernels_jvp(spec: Spec, primals: tuple[Array, ...], tangents: tuple[Any, ...]) -> Any:
-    """The kernels' forward rule (a custom rule's ``SymbolicZero`` or a primitive rule's
-    ``ad.Zero`` marks a tangent that is zero)."""
-    from jax.custom_derivatives import SymbolicZero
-    from jax.interpreters import ad
-
-    outs = _kernels(spec, *primals)
-    nx = spec.n_x
-    base = outs[1] if spec.add is not None else primals[0]  # what the backward reads: x, or s
-    # zero tangents (inputs not differentiated) stay out of the residuals: scalar placeholders
-    present = tuple(not isinstance(t, (SymbolicZero, ad.Zero)) for t in tangents)
-    tans = [t if on else _placeholder(p.dtype) for t, p, on in zip(tangents, primals, present, strict=True)]
-    lin = _lin().bind(*tans, base, *primals[nx:], *outs[nx:], spec=spec, present=present)
-    return outs, (*lin, *(jnp.zeros_like(st) for st in outs[nx:]))
-
-
-_kernels.defjvp(kernels_jvp, symbolic_zeros=True)
-
-
-def call(spec: Spec, x: Array, *ops: Array) -> Array:
-    """The kernel path on ``x [*lead, n]`` and operands broadcastable against it ``[*lead', n]``.
-    Both directions go through :mod:`jln.kernels._partition`, so XLA's partitioner can split
-    the rows across devices."""
-    return _kernels(spec, x, *ops)[0]
-
-
-def call_add(spec: Spec, x: Array, residual: Array, *ops: Array) -> tuple[Array, Array]:
-    """The fused residual step ``s = x + residual``, ``y = norm(s)``: returns ``(y, s)``.
-    Reverse mode keeps ``s`` (not ``x`` and the residual), its statistics and the operands."""
-    outs = _kernels(spec, x, residual, *ops)
-    return outs[0], outs[1]
-
-
-def _split(spec: Spec, args: tuple[Array, ...]) -> tuple[tuple[Array, ...], Array, tuple[Array, ...], tuple[Array, ...]]:
-    """The lin primitive's operands: tangents (of x [and the residual] and the operands), the
-    base (x, or s), the operands, the statistics."""
-    n_lin = spec.n_x + len(spec.names)
-    k = len(spec.names)
-    return args[:n_lin], args[n_lin], args[n_lin + 1 : n_lin + 1 + k], args[n_lin + 1 + k :]
-
-
-def _tangent_dtypes(spec: Spec, base: Array, ops: tuple[Array, ...]) -> list[Any]:
-    xs = [base.dtype] if spec.add is None else [spec.add[1], spec.add[2]]
-    return [jnp.dtype(d) for d in xs] + [o.dtype for o in ops]
-
-
-def _lin_impl(*args: Array, spec: Spec, present: tuple[bool, ...]) -> list[Array]:
-    """The tangent map, evaluated with the XLA body's JVP (forward mode)."""
-    tans, base, ops, _ = _split(spec, args)
-    shapes = [base.shape] * spec.n_x + [o.shape for o in ops]
-    full = [t if on else jnp.zeros(shp, dt)
-            for t, on, shp, dt in zip(tans, present, shapes, _tangent_dtypes(spec, base, ops), strict=True)]
-    t_x = full[0] if spec.add is None else add_in(full[0], full[1], spec.add[0])
-    t_y = jax.jvp(functools.partial(_body, spec), (base, *ops), (t_x, *full[spec.n_x :]))[1]
-    return [t_y] if spec.add is None else [t_y, t_x]
-
-
-def backward_ref(spec: Spec, base: Array, ct_y: Array, ct_s: Array | None, *ops: Array) -> tuple[Array, ...]:
-    """The backward through the XLA body (the reference for derivatives of the backward)."""
-    d_base, *d_ops = jax.vjp(functools.partial(_body, spec), base, *ops)[1](ct_y)
-    if ct_s is not None:
-        d_base = d_base + ct_s
-    return (d_base, *d_ops)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _backward_diff(spec: Spec, base: Array, ct_y: Array, ct_s: Array | None, stats: tuple[Array, ...], *ops: Array) -> tuple[Array, ...]:
-    """``(d base, *d ops)`` through the backward kernel; its own derivative (grad-of-grad,
-    Hessians) is that of the XLA body's backward."""
+def _kernel_backward(spec: Spec, base: Array, ct_y: Array, ct_s: Array | None, stats: tuple[Array, ...],
+                     ops: tuple[Array, ...]) -> tuple[Array, ...]:
     from jln.kernels import _partition
 
     return tuple(_partition.backward(spec, base, ct_y, stats, ops, ds=ct_s))
 
 
-def backward_ref_jvp(
-    spec: Spec, base: Array, ct_y: Array, ct_s: Array | None, ops: tuple[Array, ...],
-    t_base: Array, t_ct_y: Array, t_ct_s: Array | None, t_ops: tuple[Array, ...],
-) -> tuple[Array, ...]:
-    """The tangent of :func:`backward_ref` (``ct_s`` None: no fused add): the derivative of the
-    backward kernels, whichever way JAX reaches them."""
-    if ct_s is None:
-        return jax.jvp(lambda b, c, *o: backward_ref(spec, b, c, None, *o), (base, ct_y, *ops), (t_base, t_ct_y, *t_ops))[1]
-    return jax.jvp(functools.partial(backward_ref, spec), (base, ct_y, ct_s, *ops), (t_base, t_ct_y, t_ct_s, *t_ops))[1]
+BACKEND = _ad.Backend(_kernel_forward, _kernel_backward, _body, broadcast=False)
 
 
-@_backward_diff.defjvp
-def _backward_jvp(spec: Spec, primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> Any:
-    base, ct_y, ct_s, stats, *ops = primals
-    t_base, t_ct_y, t_ct_s, _, *t_ops = tangents
-    return _backward_diff(spec, *primals), backward_ref_jvp(
-        spec, base, ct_y, ct_s, tuple(ops), t_base, t_ct_y, t_ct_s, tuple(t_ops))
+def call(spec: Spec, x: Array, *ops: Array) -> Array:
+    """The kernel path on ``x [*lead, n]`` and operands broadcastable against it ``[*lead', n]``."""
+    return _ad.apply(BACKEND, spec, x, *ops)[0]
 
 
-_lin_p: Any = None
-
-
-def _lin() -> Any:
-    """``jln_pallas_norm_lin``, created on first use: linear in its tangent operands; its
-    transpose is the backward kernel."""
-    global _lin_p
-    if _lin_p is not None:
-        return _lin_p
-    from jax.extend.core import Primitive
-    from jax.interpreters import ad, batching, mlir
-
-    p = Primitive("jln_pallas_norm_lin")
-    p.multiple_results = True
-    p.def_impl(_lin_impl)
-
-    def abstract(*args: Any, spec: Spec, present: tuple[bool, ...]) -> list[Any]:
-        base: Any = _split(spec, args)[1]  # a ShapedArray
-        outs = [base.update(dtype=jnp.dtype(spec.family.result_dtype), weak_type=False)]
-        if spec.add is not None:
-            outs.append(base.update(weak_type=False))
-        return outs
-
-    p.def_abstract_eval(abstract)
-    mlir.register_lowering(p, mlir.lower_fun(_lin_impl, multiple_results=True))
-
-    def transpose(cts: Any, *args: Any, spec: Spec, present: tuple[bool, ...]) -> list[Any]:
-        tans, base, ops, stats = _split(spec, args)
-        if all(type(c) is ad.Zero for c in cts):
-            return [None] * len(args)
-        ct_y = ad.instantiate_zeros(cts[0])
-        ct_s = None if spec.add is None else ad.instantiate_zeros(cts[1])
-        backward: Any = _backward_diff  # custom_jvp: mypy does not see through nondiff_argnums
-        d_base, *d_ops = backward(spec, base, ct_y, ct_s, tuple(stats), *ops)
-        d_x = [d_base] if spec.add is None else [d_base.astype(spec.add[1]), d_base.astype(spec.add[2])]
-        grads = [g if on and ad.is_undefined_primal(t) else None
-                 for g, t, on in zip(d_x + list(d_ops), tans, present, strict=True)]
-        return grads + [None] * (len(args) - len(tans))
-
-    def batch(args: tuple[Any, ...], dims: tuple[Any, ...], *, spec: Spec, present: tuple[bool, ...]) -> Any:
-        size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
-        nx, k = spec.n_x, len(spec.names)
-        n_lin = nx + k
-        out = [jnp.moveaxis(a, d, 0) if d is not None else None for a, d in zip(args, dims, strict=True)]
-        # x-like operands (tangents of x, the base, the statistics) get the mapped axis as a
-        # leading row axis; an operand and its tangent get it together, or a size-1 axis each
-        x_like = [*range(nx), n_lin, *range(n_lin + 1 + k, len(args))]
-        for i in x_like:
-            if out[i] is None and not (i < nx and not present[i]):
-                out[i] = jnp.broadcast_to(args[i], (size, *args[i].shape))
-        for j in range(k):
-            t, v = nx + j, n_lin + 1 + j
-            mapped = out[t] is not None or out[v] is not None
-            for i in (t, v):
-                if i == t and not present[t]:
-                    continue
-                if out[i] is None:
-                    out[i] = jnp.broadcast_to(args[i], (size, *args[i].shape)) if mapped else args[i][None]
-        out = [a if o is None else o for a, o in zip(args, out, strict=True)]  # placeholders
-        res = p.bind(*out, spec=spec, present=present)
-        return res, [0] * len(res)
-
-    def jvp(primals: tuple[Any, ...], tangents: tuple[Any, ...], *, spec: Spec, present: tuple[bool, ...]) -> Any:
-        # linear in the tangent operands; smooth in (base, operands) through the XLA body
-        # (the statistics are derived from the base and never differentiated)
-        out = p.bind(*primals, spec=spec, present=present)
-        t = [ad.instantiate_zeros(t) for t in tangents]
-        tans, base, ops, stats = _split(spec, primals)
-        d_tans, d_base, d_ops, _ = _split(spec, tuple(t))
-        d_tans = tuple(d if on else v for d, v, on in zip(d_tans, tans, present, strict=True))
-        linear = p.bind(*d_tans, base, *ops, *stats, spec=spec, present=present)
-
-        def at(b: Array, *o: Array) -> list[Array]:
-            return _lin_impl(*tans, b, *o, *stats, spec=spec, present=present)
-
-        _, smooth = jax.jvp(at, (base, *ops), (d_base, *d_ops))
-        return out, [a + b for a, b in zip(linear, smooth, strict=True)]
-
-    ad.primitive_transposes[p] = transpose
-    ad.primitive_jvps[p] = jvp
-    batching.primitive_batchers[p] = batch
-    _lin_p = p
-    return p
+def call_add(spec: Spec, x: Array, residual: Array, *ops: Array) -> tuple[Array, Array]:
+    """The fused residual step ``s = x + residual``, ``y = norm(s)``: returns ``(y, s)``.
+    Reverse mode keeps ``s`` (not ``x`` and the residual), its statistics and the operands."""
+    outs = _ad.apply(BACKEND, spec, x, residual, *ops)
+    return outs[0], outs[1]

@@ -3,7 +3,7 @@
 A ``pallas_call`` is opaque to XLA's SPMD partitioner, which would gather its operands onto
 every device. The forward and the backward kernel calls are therefore each wrapped in a
 ``jax.experimental.custom_partitioning`` (it has no differentiation rule, so it sits inside
-:func:`jln.kernels._norm.call`'s ``custom_vjp``, once per direction):
+:mod:`jln.kernels._ad`'s differentiation rules, once per direction):
 
 * ``x [*lead, n]``, the saved statistics ``[*lead, 1]`` and ``dx`` keep the sharding of
   ``x``'s row axes (``lead``); each device runs the kernels on its block of rows with a plan
@@ -30,11 +30,8 @@ platforms, the XLA body under ``jax.export`` and elsewhere); it stays below
 shows it. ``custom_partitioning`` has
 no batching rule, so each direction is also a ``jax.custom_batching.custom_vmap`` whose rule
 makes the mapped axis one more row axis (an unmapped operand is broadcast over it, in the
-backward as one group per example so each example gets its own gradient). Outside both, each
-direction's call is held in a primitive of jln's own (``jln_pallas_norm_fwd_call``/
-``..._bwd_call``) that carries it as a jaxpr (so JAX still sees the ``custom_partitioning``)
-and has the kernels' differentiation rules, for the places where JAX differentiates the call
-without the kernels' ``custom_jvp`` (second order through ``lax.scan``).
+backward as one group per example so each example gets its own gradient). Their
+differentiation rules are :mod:`jln.kernels._ad`'s.
 """
 
 from __future__ import annotations
@@ -171,49 +168,6 @@ _fwd_cp.def_partition(
 )
 
 
-# Each direction's call (the custom_vmap below, holding the custom_partitioning) is held in a
-# primitive of jln's own that carries the call as a jaxpr: JAX sees the custom_partitioning in
-# it (its lowering gets the devices), lowers and evaluates it as it is, and batches it by
-# tracing it again under vmap. The primitive has the kernels' differentiation rules: the
-# kernels' custom_jvp (jln.kernels._norm) holds these calls, but where JAX partially evaluates
-# a loop (a scan's linearization) it keeps the forward's known part without that custom_jvp,
-# so second-order AD through the loop (a Hessian-vector product, grad of grad) differentiates
-# the call itself; neither custom_vmap (no reverse mode there) nor custom_partitioning (no
-# rules at all) could be.
-
-
-def _held(name: str, jvp: Any) -> Any:
-    from jax.extend.core import Primitive, jaxpr_as_fun
-    from jax.interpreters import ad, batching, mlir
-
-    p = Primitive(name)
-    p.multiple_results = True
-    p.def_impl(lambda *args, spec, jaxpr: jaxpr_as_fun(jaxpr)(*args))
-    p.def_abstract_eval(lambda *args, spec, jaxpr: jaxpr.out_avals)
-    mlir.register_lowering(
-        p, lambda ctx, *args, spec, jaxpr: mlir.lower_fun(jaxpr_as_fun(jaxpr), multiple_results=True)(ctx, *args))
-
-    def batch(args: tuple[Any, ...], dims: tuple[Any, ...], *, spec: _norm.Spec, jaxpr: Any) -> Any:
-        out = hold(p, spec, jax.vmap(jaxpr_as_fun(jaxpr), in_axes=tuple(dims), out_axes=0), args)
-        return out, [0] * len(out)
-
-    batching.primitive_batchers[p] = batch
-    ad.primitive_jvps[p] = functools.partial(jvp, p)
-    return p
-
-
-def hold(p: Any, spec: _norm.Spec, f: Any, args: tuple[Array, ...]) -> list[Array]:
-    """``f(*args)`` as the held primitive ``p`` (``f`` traced once, here, to its jaxpr)."""
-    return p.bind(*args, spec=spec, jaxpr=jax.make_jaxpr(f)(*args))
-
-
-def _fwd_jvp(p: Any, primals: tuple[Any, ...], tangents: tuple[Any, ...], *, spec: _norm.Spec, jaxpr: Any) -> Any:
-    return _norm.kernels_jvp(spec, tuple(primals), tuple(tangents))
-
-
-_fwd_held = _held("jln_pallas_norm_fwd_call", _fwd_jvp)
-
-
 def forward(spec: _norm.Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> tuple[Array, ...]:
     """:func:`jln.kernels._norm.forward_nd`, partitioned by rows; ``xs`` is ``(x,)``, or
     ``(x, residual)`` with a fused add."""
@@ -232,7 +186,7 @@ def forward(spec: _norm.Spec, xs: tuple[Array, ...], ops: tuple[Array, ...]) -> 
         out = fwd(*xs_, *ops)
         return out, (True,) * len(out)
 
-    return tuple(hold(_fwd_held, spec, lambda *a: tuple(fwd(*a)), (*xs, *ops)))
+    return tuple(fwd(*xs, *ops))
 
 
 # ----------------------------------------------------------------------------- backward
@@ -296,23 +250,6 @@ _bwd_cp.def_partition(
 )
 
 
-def _bwd_jvp(p: Any, primals: tuple[Any, ...], tangents: tuple[Any, ...], *, spec: _norm.Spec, jaxpr: Any) -> Any:
-    """The kernels' backward rule (:func:`jln.kernels._norm.backward_ref_jvp`), in the
-    kernel's dtypes (broadcast operands' gradients in float32)."""
-    from jax.interpreters import ad
-
-    out = p.bind(*primals, spec=spec, jaxpr=jaxpr)
-    x, dy, *rest = primals
-    t_x, t_dy, *t_rest = (ad.instantiate_zeros(t) for t in tangents)
-    ds, _, ops = _norm.split_rest(spec, tuple(rest))
-    t_ds, _, t_ops = _norm.split_rest(spec, tuple(t_rest))
-    d_out = _norm.backward_ref_jvp(spec, x, dy, ds, ops, t_x, t_dy, t_ds, t_ops)
-    return out, [d.astype(o.dtype) for d, o in zip(d_out, out, strict=True)]
-
-
-_bwd_held = _held("jln_pallas_norm_bwd_call", _bwd_jvp)
-
-
 def backward(
     spec: _norm.Spec, x: Array, dy: Array, stats: tuple[Array, ...], ops: tuple[Array, ...], ds: Array | None = None
 ) -> tuple[Array, ...]:
@@ -333,5 +270,5 @@ def backward(
         out = bwd(*args)
         return out, (True,) * len(out)
 
-    dx, *dops = hold(_bwd_held, spec, lambda *a: tuple(bwd(*a)), (x, dy, *extra, *stats, *ops))
+    dx, *dops = bwd(x, dy, *extra, *stats, *ops)
     return (dx, *(d.astype(o.dtype) for d, o in zip(dops, ops, strict=True)))
