@@ -5,7 +5,7 @@ numerics (float32 statistics about the rounded mean, every convention's rounding
 ``tail``), same reverse-mode residuals (``x`` in its own dtype, per-row float32 statistics,
 the parameters).
 
-Targets: Pallas Triton on NVIDIA GPUs (validated and timed on an H200; ``impl="auto"`` takes
+Targets: Pallas Triton on NVIDIA GPUs (validated and timed on hardware; ``impl="auto"`` takes
 them there, see :func:`native`), Pallas Mosaic on TPUs (lowered for a TPU in the tests,
 untested on hardware), and Pallas interpret mode on CPU (only when asked for with
 ``impl="pallas"``; ``"auto"`` never picks it).
@@ -77,7 +77,7 @@ def native(backend: str, n: int = 0) -> bool:
     (never interpret mode).
 
     GPUs: yes, for rows up to :data:`AUTO_MAX_WIDTH` (wider rows, which the kernels read in
-    column chunks, are unmeasured on hardware and stay on XLA). On an NVIDIA H200 the kernels pass
+    column chunks, are unmeasured on hardware and stay on XLA). On a GPU the kernels pass
     ``jln parity --impl pallas`` and run the backward in 0.51-0.80x the XLA path's time
     (bench/results/h200.md), and they support every transform the XLA path does (reverse
     and forward mode, higher derivatives through the XLA body, vmap, sharding by rows).

@@ -34,8 +34,8 @@ TPU_WIDE_CHUNK = 8192
 #: keeps its parameter-gradient partials in registers, so the partials written are
 #: ``programs x n`` float32 values instead of one row of them per block of rows (which, at one
 #: row per block, is twice the bytes of a bfloat16 ``x``). A few programs per multiprocessor
-#: keep enough loads in flight (H200, 32768x4096 bf16: 256, 512 and 1024 programs within 5%,
-#: 128 programs 35% slower; ``bench/gpu_tune.py``).
+#: keep enough loads in flight (32768x4096 bf16: 256, 512 and 1024 programs within 5%,
+#: 128 programs 35% slower; ``bench/gpu_tune.py``, bench/results/h200.md).
 GPU_BWD_PROGRAMS = 512
 
 
@@ -88,7 +88,7 @@ class Plan:
         return self.width != self.n
 
 
-#: GPU tiles ``(block_rows, num_warps)`` measured best on an H200 (``bench/gpu_tune.py``;
+#: GPU tiles ``(block_rows, num_warps)`` measured best on a GPU (``bench/gpu_tune.py``;
 #: bench/results/h200/27e0cbf and 1288d89), keyed by (padded width, itemsize). Other widths
 #: and dtypes take :func:`_tile_rule`, which reproduces all of these but the two at 4096.
 MEASURED_FWD = {

@@ -135,7 +135,7 @@ typedef _Float16 vhf __attribute__((vector_size(32)));
 // float16 bits <-> float32 for 16 lanes, round to nearest even: the CPU's conversions where it
 // has them (AVX-512F, or F16C in 8-lane halves). GCC 12 converts a _Float16 vector one element
 // at a time, and float16 LayerNorm forwards ran 1.7x slower than the XLA path (4096 wide, one
-// EPYC core).
+// CPU core).
 inline vf vhalf_to_f32(vh h) {
 #if defined(__AVX512F__)
   return reinterpret_cast<vf>(_mm512_cvtph_ps(reinterpret_cast<__m256i>(h)));
@@ -282,7 +282,7 @@ typedef float vf4 __attribute__((vector_size(16)));
 // With AVX-512 the halves are taken in registers, in the same order (the same bits). Through
 // memory, GCC 12 spilled the vector and reloaded its upper half, a store-to-load forwarding
 // stall at the end of every row sum. With stats_first's out-parameter, 256-wide bfloat16 rows
-// run 1.12-1.15x faster in cache (bench/native_kernel.cc, 3 alternating runs, one EPYC core;
+// run 1.12-1.15x faster in cache (bench/native_kernel.cc, 3 alternating runs, one CPU core;
 // 1.25-1.35x for the half types timed 20 calls at a time), float32 ones 1.05x.
 inline float hsum(vf v) {
 #if defined(__AVX512F__)
@@ -450,7 +450,7 @@ JLN_INLINE inline void prefetch(const void* p, int64_t at) {
 // residual), the output sweep the next row of its destinations (y, and s with the residual
 // step) for writing. Alone, the hardware prefetcher leaves the memory stream idle during a
 // row's arithmetic, and every store to a line not yet owned waits for it (measured on one
-// Xeon core, data beyond L2: +0-30% per width over hinting only x during the output sweep).
+// CPU core, data beyond L2: +0-30% per width over hinting only x during the output sweep).
 template <int KX, bool ADD>
 JLN_INLINE inline void prefetch_src(const Src in, int64_t at) {
   prefetch<KX, false>(in.x, at);
@@ -511,7 +511,7 @@ struct RowParams {
 
 // (Forced inline: with the residual step it holds two roundings, and left to itself the
 // compiler called it from the sweeps: 55% of a bfloat16 add_layer_norm forward's kernel time,
-// 4096 wide, in cache, one EPYC core.)
+// 4096 wide, in cache, one CPU core.)
 template <int KX, bool ADD>
 JLN_INLINE inline vf vsrc(const Src in, int64_t i) {
   if constexpr (!ADD) {
@@ -546,9 +546,9 @@ inline bool holds_d(int64_t n) {
 // Whether a row's passes read it in place (the source row itself, widened again by each pass)
 // rather than from a float32 scratch row filled by the first pass: float32 rows always; half
 // rows wider than 2048, whose scratch row would not stay in L1 beside the parameter rows
-// (bfloat16 LayerNorm, one Xeon core: in place 1.04-1.14x at 4096 wide, 1.22-1.26x at 16384,
+// (bfloat16 LayerNorm, one CPU core: in place 1.04-1.14x at 4096 wide, 1.22-1.26x at 16384,
 // 0.80x at 2048); and half rows up to 512 wide, which then run in the row pipeline (pairs whose
-// reductions overlap) instead of blocks through the scratch row (one EPYC core, kernel alone,
+// reductions overlap) instead of blocks through the scratch row (one CPU core, kernel alone,
 // bfloat16 and float16 LayerNorm and RMSNorm, 3 alternating runs, in cache and from memory:
 // in place 1.00-1.50x per case at 256, 384 and 512 wide; 0.90-1.29x at 768 and 0.80-1.16x at
 // 1024, which keep the scratch row).
@@ -712,9 +712,9 @@ JLN_INLINE inline T fused_out(T v, float rs, const RowParams rp, int64_t j) {  /
 // and adaptive LayerNorm's modulation steps): one fused output sweep over a row (in place with
 // IP, else the scratch row `t`), specialized on (center, scale, bias) and RMSNorm's scale step
 // RW (rms_weigh) so the loop carries no branches (llama's bfloat16 RMSNorm through it rather
-// than general_out: 1.22-1.46x, one EPYC core, kernel alone) and MOD, adaptive LayerNorm's
+// than general_out: 1.22-1.46x, one CPU core, kernel alone) and MOD, adaptive LayerNorm's
 // modulation (Config::modulated: y = round(round(h) * f) + sh, the last rounding left to the
-// store; through JAX, one EPYC core: 1.11-1.31x in bfloat16, up to 1.64x in float32);
+// store; through JAX, one CPU core: 1.11-1.31x in bfloat16, up to 1.64x in float32);
 // h = ((x - p) - m) * rstd with the row's statistics `st` (hi and its residual c; a scratch
 // row holds e = x - hi where holds_d, else x, and only c is subtracted from e). Meanwhile the row of y
 // `ahead` elements on is hinted for writing (`o`: the row's offset; `src`: as for
@@ -884,7 +884,7 @@ inline void general_out(const Config& c, const float* __restrict__ t, const void
 }
 
 // Rows per block of the forward: short half-precision rows run a block at a time, stage by
-// stage (measured on one Xeon core, bfloat16 LayerNorm from memory: 1.24x at 128 wide, 1.34x
+// stage (measured on one CPU core, bfloat16 LayerNorm from memory: 1.24x at 128 wide, 1.34x
 // at 256, 1.10x at 512; the block's float32 scratch rows, 4 to 8 KiB, stay in L1). Rows of
 // 1024 and more, and float32 rows (read in place, no scratch), ran no faster in blocks (float32
 // at 256: 0.83x) and run one at a time; common forwards of rows read in place run piped instead
@@ -898,7 +898,7 @@ inline int64_t block_rows(int64_t n) {
 
 // Whether the forward runs as a row pipeline (fwd_rows_piped): the common (fused) forwards of
 // rows read in place, and of half-precision rows in scratch rows that run one at a time (1024
-// to 2048 wide: bfloat16 LayerNorm 1.17-1.19x, RMSNorm 1.08-1.16x, one EPYC core, data from
+// to 2048 wide: bfloat16 LayerNorm 1.17-1.19x, RMSNorm 1.08-1.16x, one CPU core, data from
 // memory). Shorter half rows keep their blocks (piped in scratch rows, bfloat16 LayerNorm at
 // 256 wide ran 0.89-0.95x; read in place, 0.76x).
 template <int KX, int KY>
@@ -912,7 +912,7 @@ inline bool piped(const Config& c) {
 // their parameter rows (one row each, or per-example groups that pairs do not straddle), under
 // 1024 or from kInterleaved wide; 1 otherwise. (Modulated rows ran one a step before: their
 // parameter rows, float32 factor and shift, stream from L2 for every row; in pairs, through
-// jln bench's adaptive_layer_norm, DiT's 8 examples, one EPYC core, 5 alternating runs,
+// jln bench's adaptive_layer_norm, DiT's 8 examples, one CPU core, 5 alternating runs,
 // float32 1.19x at 4096 wide and 1.27x at 16384, half precision 0.99-1.04x, noise.) A pair's
 // rows' reductions (chains of dependent additions, a division and a square root) then overlap
 // each other, and a step's latency is
@@ -921,7 +921,7 @@ inline bool piped(const Config& c) {
 // sweeps in turn, one row's reductions finishing while the other row sweeps, and their loads
 // stay one sequential stream (interleaved, two streams 1 KiB apart ran 0.65-0.82x from
 // memory, float32 RMSNorm 256 wide). Against one row a step (and float32 LayerNorm's former
-// pairs of fwd_rows from 4096 wide), one EPYC core, kernel alone, data from memory, 3-4 runs:
+// pairs of fwd_rows from 4096 wide), one CPU core, kernel alone, data from memory, 3-4 runs:
 // float32 LayerNorm 1.09-1.23x at 256 wide, 1.08-1.14x at 4096 and 16384; RMSNorm 0.95-1.19x
 // at 256, 1.07-1.23x at 4096 and 16384; bfloat16 (in place from 4096 wide) 1.00-1.11x. At 1024
 // wide pairs in turn ran 0.89-0.99x, and one row a step stays.
@@ -1021,7 +1021,7 @@ JLN_NOINLINE void out_first_t(const Config& c, const Src in, const void* src, co
   const float pv[2] = {pv0, C && NR == 2 ? src1<KX, ADD>(in, o2 + n) : pv0};
   // (out and next are inlined by force: left to the compiler, whether it called out varied
   // with unrelated changes elsewhere in the file, and bfloat16 LayerNorm 4096 wide then took
-  // 1.4x as long, in cache, one EPYC core)
+  // 1.4x as long, in cache, one CPU core)
   auto out = [&](int64_t j, int k) JLN_INLINE {  // row r + k's output at j, before its store
     vf v = row_vec<KX, IP>(t, src, o + k * n, j);
     if (sub_p) v = v - p[k];
@@ -1117,7 +1117,7 @@ JLN_NOINLINE void out_first(const Config& c, const Src in, const void* src, cons
 // r..r+NR-1 carries the first pass of the next NR rows (out_first), then their second pass
 // (center) completes their statistics. The rows before the first have none to carry, the last
 // none to hand on; with NR = 2, an odd first row runs alone. Measured against one row at a
-// time, one EPYC core, data from memory: float32 LayerNorm 1.17-1.28x at 256 wide, 1.05-1.35x
+// time, one CPU core, data from memory: float32 LayerNorm 1.17-1.28x at 256 wide, 1.05-1.35x
 // at 1024; bfloat16 from 4096 wide: LayerNorm 1.08-1.18x, RMSNorm 1.27-1.37x; float32 RMSNorm
 // 0.9-1.1x.
 template <int KX, int KY, bool ADD, bool IP, int NR>

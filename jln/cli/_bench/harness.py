@@ -32,7 +32,7 @@ whichever implementations are compared).
   (``above_floor``) means the floor was not one: the machine was noisy or loaded while the
   copy ran. XLA's half-precision ``-x`` on a
   CPU widens every element and runs at under half the memory's speed (10-14 GB/s against
-  torch's 27-40 GB/s, one EPYC core), so without torch's copy a CPU half-precision floor
+  torch's 27-40 GB/s, one CPU core), so without torch's copy a CPU half-precision floor
   flatters.
 * Saved residuals (:func:`residual_bytes_per_elem`): the arrays ``jax.vjp`` keeps for the
   backward pass, from the leaves of its ``vjp`` function (shapes only, nothing runs); arrays
@@ -154,7 +154,7 @@ def torch_residual_bytes_per_elem(tf: Callable[..., Any], p: dict[str, Any]) -> 
 #: Calls a CPU sample leaves unfinished while it issues the next (see :func:`time_interleaved`):
 #: none. A CPU runs one call at a time anyway, and every output still held is one more buffer
 #: the next call's output cannot reuse, so that output's stores miss the cache and fetch its
-#: lines from memory first. Measured on one EPYC core, jln's float32 layer_norm of 256x4096
+#: lines from memory first. Measured on one CPU core, jln's float32 layer_norm of 256x4096
 #: took 551 us per call with two calls left unfinished and 422 us with none (an XLA copy of the
 #: same bytes: 269 us either way); torch's eager calls finish before they return anyway.
 CPU_IN_FLIGHT = 0
@@ -193,7 +193,7 @@ def minor_faults() -> int | None:
     A call that writes into memory the host allocator has just taken from the OS faults a page
     in for every :data:`PAGE_BYTES` it writes; glibc returns freed memory to the OS once the top of its heap
     passes a threshold that it moves as it goes, so the same jitted call can fault 0 pages in one
-    run and every page of its output in the next (measured on one EPYC core: jln's float32
+    run and every page of its output in the next (measured on one CPU core: jln's float32
     layer_norm of 4096x256 faulted 0 to 250 pages per call between runs of the same script,
     taking 294-600 us, where XLA's ``-x`` faulted none; with glibc's trim threshold fixed by
     ``MALLOC_TRIM_THRESHOLD_`` alone, which also pins its mmap threshold at 128 KiB, every output
@@ -220,13 +220,13 @@ def time_interleaved(calls: dict[str, Timed], *, reps: int, warmup: int, min_sam
     run), so none is always first and none always follows the same other: what one call
     leaves in the cache and the allocator sways the next, and with a fixed cyclic order (each
     round starting one further on) jln's float32 forwards took 5-18% longer than the same
-    kernel sampled two places on (``jln`` vs ``jln-native``, one EPYC core, every width).
+    kernel sampled two places on (``jln`` vs ``jln-native``, one CPU core, every width).
 
     ``in_flight``: once more than this many calls are out, ``sync`` the oldest and drop it
     (0: every call is synced and dropped before the next is issued), so a sample's outputs
     reuse memory; ``None`` holds all ``inner``. On a CPU, holding them all made the host
     allocator return the memory to the OS after each sample and fault fresh pages into every
-    output: measured on one EPYC core, an XLA float32 copy of 4096x256 took 2346 us per call
+    output: measured on one CPU core, an XLA float32 copy of 4096x256 took 2346 us per call
     with 16 outputs held and 133 us with one (see also :data:`CPU_IN_FLIGHT`).
     """
     inner: dict[str, int] = {}
@@ -345,7 +345,7 @@ def buffer_sets(array_bytes: int, max_sets: int, cache_bytes: int | None = None)
     so each call reads its inputs from memory, at least 2 and at most ``max_sets``.
 
     (A forward reads only x; sizing by all of a set's arrays together left x's rotation at one
-    times the cache for float32 and half of it for bfloat16: one EPYC core, 1048576 elements, 8
+    times the cache for float32 and half of it for bfloat16: one CPU core, 1048576 elements, 8
     sets.)
     """
     flush = 4 * (last_level_cache_bytes() if cache_bytes is None else cache_bytes)
