@@ -472,7 +472,7 @@ def format_results(results: Sequence[ParityResult], *, failures_only: bool = Fal
       >>> res = check_matches_torch(
       ...     lambda x: jln.layer_norm(x, eps=1e-1),  # the wrong eps
       ...     lambda t: torch.nn.functional.layer_norm(t, t.shape[-1:], eps=1e-5),
-      ...     [x], grad=False, name="ln")
+      ...     inputs=[x], grad=False, name="ln")
       >>> print(format_results(res, failures_only=True))  # doctest: +ELLIPSIS
       FAIL ln fwd out dtype=float32 shape=(4, 32): max_abs_err=0.19... (|jax - torch|, bound 1.29e-05), ...
     """

@@ -37,6 +37,7 @@ def tiny_report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return report
 
 
+@pytest.mark.slow
 def test_recorded_command_names_no_machine_path(tiny_report: dict) -> None:
     # the outputs went to absolute temporary paths: the report records their file names only
     command = tiny_report["command"]
@@ -414,6 +415,7 @@ def test_ratios_say_what_they_are_without_faulted_widths() -> None:
     assert "| layer_norm | float32 | fwd | 0.45 |" in _bench.markdown(report)
 
 
+@pytest.mark.slow
 def test_gpu_export_check_runs(capsys: pytest.CaptureFixture[str]) -> None:
     # bench/gpu_export.py (part of bench/gpu.sh's check) on this CPU: the native kernels under
     # jit, the XLA body exported; every line ok

@@ -38,6 +38,7 @@ def _tol(entry: dict) -> float:
     return 2e-6 * max(1.0, entry["ref_scale"])
 
 
+@pytest.mark.slow
 def test_shard_map_matches_unsharded(results: dict) -> None:
     """Forward and every gradient of each op with the hidden axis split equal the unsharded run."""
     entries = results["shard_map"]

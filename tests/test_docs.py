@@ -21,6 +21,7 @@ BLOCKS = {
 
 
 @pytest.mark.parametrize("page", [name for name, blocks in BLOCKS.items() if blocks])
+@pytest.mark.slow
 def test_doc_page_blocks_run(page):
     pytest.importorskip("torch")
     namespace: dict = {}

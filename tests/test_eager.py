@@ -51,6 +51,7 @@ def test_is_traced_tells_tracers_from_arrays() -> None:
 
 @pytest.mark.parametrize("impl", ["auto", "xla"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.slow
 def test_compiled_eager_call_is_the_jitted_call(dtype: Any, impl: str) -> None:
     # each public function called eagerly gives, bit for bit, what the same call gives under a
     # user's jax.jit (the numbers a parity test sees eagerly are the ones a jitted model runs);

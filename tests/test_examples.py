@@ -42,6 +42,7 @@ def test_every_example_is_listed() -> None:
 
 
 @pytest.mark.parametrize("script", sorted(EXPECTED))
+@pytest.mark.slow
 def test_example_runs(script: str, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     if script in NEEDS_TORCH:
@@ -66,6 +67,7 @@ def test_example_runs(script: str, tmp_path: Path) -> None:
         assert path.is_file() and path.stat().st_size > 1000, f"{script} did not write {png}:\n{tail}"
 
 
+@pytest.mark.slow
 def test_distributed_example_matches_single_device(tmp_path: Path) -> None:
     """examples/distributed_tp_dp.py sets its own 8 host devices and exits 1 if the losses differ."""
     env = dict(os.environ)

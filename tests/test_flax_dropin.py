@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 from flax import nnx as fnnx
 
-from jln import _residuals
 from jln.flax import linen as jnn
 from jln.flax import nnx as jnx
+
+from . import _residuals
 
 standard = jax.numpy_dtype_promotion("standard")
 

@@ -427,6 +427,7 @@ def _encoder_layer(norm_first: bool, batch_first: bool, activation: str, bias: b
     [(False, False, "relu", True), (True, True, "gelu", True), (False, True, "gelu", True), (True, False, "relu", True),
      (False, True, "relu", False), (True, False, "gelu", False)],
 )
+@pytest.mark.slow
 def test_transformer_encoder_layer(norm_first: bool, batch_first: bool, activation: str, bias: bool) -> None:
     """Eval outputs (with and without a key padding mask) and a strict round trip, float32;
     ``bias=False``: no biases in the Linear layers and the LayerNorms (none in the trees)."""
@@ -477,6 +478,7 @@ def test_transformer_encoder_layer_bf16() -> None:
     assert p["rel"] <= 2.0**-5, p
 
 
+@pytest.mark.slow
 def test_ada_continuous_float32_condition_with_bf16_module() -> None:
     """diffusers casts SiLU(cond) to x's dtype (HunyuanDiT passes a float32 condition)."""
     case = CASE_BY_ID["AdaLayerNormContinuous"]

@@ -84,6 +84,7 @@ def test_layer_norm_no_params_wide_row_and_offset():
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
 @pytest.mark.parametrize("convention", ["torch", "llama", "gemma", "t5", "diffusers", "seed"])
+@pytest.mark.slow
 def test_rms_norm_conventions(convention, dtype):
     x, scale, bias, probe = _data((3, 5, 40), dtype)
     if convention == "diffusers":
@@ -96,6 +97,7 @@ def test_rms_norm_conventions(convention, dtype):
 
 
 @pytest.mark.parametrize("convention", ["llama", "t5", "seed"])
+@pytest.mark.slow
 def test_rms_norm_float32_weight_low_precision_input(convention):
     # the weight's dtype decides the output dtype in these conventions
     x, scale, _, probe = _data((4, 24), BF16)
@@ -109,6 +111,7 @@ def test_rms_norm_edge_shapes(shape):
     _compare(lambda x, s, impl: jln.rms_norm(x, s, impl=impl), (x, scale), F32, probe, "rms_norm")
 
 
+@pytest.mark.slow
 def test_seed_clamped_rows():
     # an all-zero row is clamped to eps: value and gradient follow the clamp branch
     x = jnp.concatenate([jnp.zeros((1, 8)), jax.random.normal(jax.random.key(3), (2, 8))])
@@ -118,6 +121,7 @@ def test_seed_clamped_rows():
 
 
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.slow
 def test_add_norms(dtype):
     x, scale, bias, probe = _data((2, 3, 24), dtype)
     r = jnp.flip(x, axis=-1)
@@ -137,6 +141,7 @@ def test_add_norms(dtype):
 @pytest.mark.parametrize(
     "x_dtype, r_dtype, fp32", [(BF16, F32, False), (F16, F16, True), (BF16, BF16, True), (F16, BF16, False)], ids=str
 )
+@pytest.mark.slow
 def test_fused_add_dtypes(x_dtype, r_dtype, fp32):
     # the kernel adds x and the residual itself: s in the promoted dtype (float32 with
     # residual_in_fp32), rounded as the XLA path's add; gradients of x and the residual in
@@ -163,6 +168,7 @@ def test_fused_add_dtypes(x_dtype, r_dtype, fp32):
         _close(p, q, max(_grad_tol(x_dtype), _grad_tol(r_dtype)), f"add_rms_norm grad {i}")
 
 
+@pytest.mark.slow
 def test_fused_add_under_vmap_and_chunks(monkeypatch):
     _chunked(monkeypatch, 2)
     x, scale, bias, probe = _data((3, 7, 24), F32)
@@ -181,6 +187,7 @@ def test_fused_add_under_vmap_and_chunks(monkeypatch):
 
 # tokens=8: one condition row per block (a group operand); 5: materialized per row
 @pytest.mark.parametrize("dtype, tokens", [(F32, 8), (BF16, 8), (F16, 8), (F32, 5)], ids=str)
+@pytest.mark.slow
 def test_adaptive_layer_norm(dtype, tokens):
     x, scale, bias, probe = _data((2, tokens, 16), dtype)
     emb = (0.5 * jax.random.normal(jax.random.key(5), (2, 6 * 16))).astype(dtype)
@@ -191,6 +198,7 @@ def test_adaptive_layer_norm(dtype, tokens):
     _compare(fn, (x, emb, scale, bias), dtype, probe, "adaptive_layer_norm")
 
 
+@pytest.mark.slow
 def test_adaptive_layer_norm_shared_condition():
     # a [k*D] condition shared by every row (a per-feature operand)
     x, _, _, probe = _data((3, 4, 16), F32)
@@ -209,6 +217,7 @@ def test_jit_vmap_grad():
     _close(f("pallas"), f("xla"), 2e-5, "jit(vmap(grad))")
 
 
+@pytest.mark.slow
 def test_tpu_layout_in_interpret_mode(monkeypatch):
     # the exact-width, 8-row-aligned TPU tiling with a partial last block
     monkeypatch.setattr(kernels, "INTERPRET_TARGET", "tpu")
@@ -230,6 +239,7 @@ def _chunked(monkeypatch, block_rows):
 
 
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.slow
 def test_backward_walks_chunks_of_rows(monkeypatch, dtype):
     _chunked(monkeypatch, 2)
     x, scale, bias, probe = _data((3, 7, 40), dtype)  # 21 rows: 2 programs of 16, 8 blocks each
@@ -242,6 +252,7 @@ def test_backward_walks_chunks_of_rows(monkeypatch, dtype):
     _compare(fn, (x * jnp.asarray(0.0, dtype), scale), dtype, probe, "seed chunks, clamped rows")
 
 
+@pytest.mark.slow
 def test_backward_chunks_follow_condition_groups(monkeypatch):
     # per-example conditions: a chunk never straddles two examples' rows (8 tokens: one chunk
     # of 8 per example; 6 tokens: chunks of 2, three partials summed per example)
@@ -288,6 +299,7 @@ FORWARD_MODE_OPS = {
 
 
 @pytest.mark.parametrize("op", list(FORWARD_MODE_OPS))
+@pytest.mark.slow
 def test_forward_mode_and_higher_derivatives(op):
     # the kernel path's tangent is the XLA body's JVP, its backward's derivative the XLA
     # body's VJP: jvp, jacfwd, grad-of-grad and vmap(jvp) equal the XLA path's

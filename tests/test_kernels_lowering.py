@@ -66,6 +66,7 @@ WIDTHS = [40, 1000, 4096, 16384]
 
 @pytest.mark.parametrize("dtype", [F32, BF16, F16], ids=lambda d: jnp.dtype(d).name)
 @pytest.mark.parametrize("n", WIDTHS)
+@pytest.mark.slow
 def test_layer_norm_lowers(n, dtype):
     _check(lambda x, s, b: jln.layer_norm(x, s, b, impl="pallas"), (3, 5, n), dtype, 2)
     _check(lambda x: jln.layer_norm(x, impl="pallas"), (7, n), dtype, 0)
@@ -122,6 +123,7 @@ def test_backward_loop_over_chunks_lowers():
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("op", kernel_ops(), ids=lambda op: op.name)
+@pytest.mark.slow
 def test_every_parity_op_lowers(op, dtype):
     # what `jln parity --impl pallas` runs on a GPU, lowered here: every op and convention,
     # forward and the gradient of every input, with parameters in x's dtype and in float32
@@ -157,6 +159,7 @@ EXPORT_CASES = {
 
 
 @pytest.mark.parametrize("name", list(EXPORT_CASES))
+@pytest.mark.slow
 def test_export_and_other_platforms_take_the_xla_body(name):
     # A Triton call has no compatibility guarantee, so jax.export refused every computation
     # traced with the GPU kernels, and they had no lowering for another platform (a jitted
@@ -189,6 +192,7 @@ def test_export_and_other_platforms_take_the_xla_body(name):
                                            rtol=8e-3, atol=1e-3, err_msg=f"{name}: dx")
 
 
+@pytest.mark.slow
 def test_symbolic_shapes_take_the_xla_path(monkeypatch):
     # jax.export with a symbolic batch (shape polymorphism): kernels are tiled for concrete
     # row counts, so "auto" on a GPU takes the XLA path (planning a kernel for `b*t` rows

@@ -42,6 +42,7 @@ def _lower(fn, *args, platforms=("tpu",)):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("op", kernel_ops(), ids=lambda op: op.name)
+@pytest.mark.slow
 def test_every_parity_op_lowers_for_tpu(op, dtype):
     # every op and convention, forward and the gradient of every input: rows narrower than a
     # lane tile (40), per-example condition groups (24 rows of 256), and a 1000-wide row

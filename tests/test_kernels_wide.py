@@ -115,6 +115,7 @@ TOL = {"float32": (2e-6, 2e-5), "bfloat16": (1e-2, 3e-2)}
 
 
 @pytest.mark.parametrize(("name", "dtype"), FAST_CASES)
+@pytest.mark.slow
 def test_ops_match_xla_and_float64(wide, name, dtype):
     # 300 columns: chunks of 64, the fifth masked (44 valid); 2 x 4 rows (per-example groups)
     _check_op(name, (2, 4, 300), dtype, wide, *TOL[dtype])
@@ -134,6 +135,7 @@ def test_every_op_and_convention(wide, name, dtype):
     pytest.param("rms_norm[seed]", marks=pytest.mark.slow),
     pytest.param("adaptive_layer_norm[seed]", marks=pytest.mark.slow),
 ])
+@pytest.mark.slow
 def test_tpu_layout(wide, monkeypatch, name):
     # the exact-width layout: static chunks of 128, 128 and 44 columns; 8-row blocks
     monkeypatch.setattr(kernels, "INTERPRET_TARGET", "tpu")
@@ -209,6 +211,7 @@ def test_rows_past_the_widest_raise(monkeypatch, target, widest):
 
 
 @pytest.mark.parametrize("name", ["layer_norm", "rms_norm[seed]"])
+@pytest.mark.slow
 def test_tpu_partial_last_block(wide, monkeypatch, name):
     # 12 rows in blocks of 8: the second block's last 4 rows lie past the array (unspecified
     # on a TPU); they must not reach the parameter gradients' partial sums

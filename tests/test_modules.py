@@ -635,6 +635,7 @@ ENC_ERRORS: dict = {}
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 @pytest.mark.parametrize("batch_first", [False, True])
 @pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.slow
 def test_encoder_layer_matches_torch(norm_first, batch_first, activation, dtype, request):
     if dtype == "float64":
         request.getfixturevalue("x64")
@@ -683,6 +684,7 @@ def nnx_fn_kw(model, **kw):
     return lambda p, *xs: nnx.merge(graphdef, nnx.State(p), rest)(*xs, **kw)
 
 
+@pytest.mark.slow
 def test_encoder_layer_dropout():
     r = rng(13)
     src = jnp.asarray(r.normal(size=(5, 2, 8)), jnp.float32)
@@ -908,6 +910,7 @@ def test_encoder_layer_monitor():
     tree_close(inter["stats"][0], stats, dict(rtol=0, atol=0))
 
 
+@pytest.mark.slow
 def test_jit_grad_and_scan_over_layers():
     """jax.jit and jax.grad through both front-ends; lax.scan over a stack of linen layers."""
     r = rng(20)
@@ -960,6 +963,7 @@ def test_shard_chunks_gives_each_device_its_block_of_every_chunk():
 
 
 @pytest.mark.parametrize("kind", ["AdaptiveLayerNorm", "AdaLNZero", "AdaLNContinuous"])
+@pytest.mark.slow
 def test_adaptive_modules_take_axis_name(kind):
     """axis_name/axis_index_groups reach the core in both front-ends: inside vmap with the
     feature axis split into 2 blocks, the result equals the unsplit module (chunks laid out by
@@ -1057,6 +1061,7 @@ def test_dit_block_mlp_size_error_names_the_hidden_size():
 
 
 @pytest.mark.parametrize("api", ["linen", "nnx"])
+@pytest.mark.slow
 def test_encoder_layer_attention_masks_and_unbatched_input_match_torch(api):
     # torch's forward(src, src_mask, src_key_padding_mask, is_causal): every argument, checked
     # with jln.testing against torch itself (forward and the gradient w.r.t. src)
@@ -1121,6 +1126,7 @@ def _std_close(a, want_std, rel, what):
     assert abs(got / want_std - 1) <= rel, f"{what}: std {got:.4g}, want {want_std:.4g}"
 
 
+@pytest.mark.slow
 def test_encoder_layer_initialises_as_torch():
     # every parameter drawn from torch's own distribution (checked against a torch-initialised
     # layer: same zeros, same spread; kernels have 128*128 draws, so 5% is ~10 standard errors)
@@ -1148,6 +1154,7 @@ def test_encoder_layer_initialises_as_torch():
             _std_close(got, np.std(want), 0.05 if want.ndim == 2 else 0.25, what)
 
 
+@pytest.mark.slow
 def test_dit_block_initialises_as_dit_and_takes_initializers():
     d, h = 128, 512
     x, c = jnp.ones((1, 2, d)), jnp.ones((1, d))

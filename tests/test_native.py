@@ -167,6 +167,7 @@ ADD_OPS: dict[str, Callable[..., Any]] = {
 
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: jnp.dtype(d).name)
 @pytest.mark.parametrize("name", list(ADD_OPS))
+@pytest.mark.slow
 def test_fused_residual_step_matches_xla_path(name: str, dt: Any) -> None:
     # the native kernel writes s = x + residual itself: s bit-identical to XLA's add, y as the
     # unfused kernel, and every derivative (cotangents on both y and s, forward mode, vmap)
@@ -243,6 +244,7 @@ SHAPE_OPS = ("layer_norm", "rms/torch", "rms/llama")
 
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: jnp.dtype(d).name)
 @pytest.mark.parametrize("shape", [(1, 1), (4, 1), (2, 3), (7, 17), (2, 2, 4097), (70, 1000)])
+@pytest.mark.slow
 def test_shapes_including_threaded_chunks(shape: tuple[int, ...], dt: Any) -> None:
     # widths below/above the 16-lane blocks (the scalar tails of every sweep, including the
     # half-precision scratch row), 70x1000 = 2+ row chunks (the thread-pool path), an offset
@@ -260,6 +262,7 @@ def test_shapes_including_threaded_chunks(shape: tuple[int, ...], dt: Any) -> No
 
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: jnp.dtype(d).name)
 @pytest.mark.parametrize("width", [200, 512, 513, 1024, 1033, 2049])
+@pytest.mark.slow
 def test_rows_on_every_side_of_the_scratch_row_rules(width: int, dt: Any) -> None:
     # half rows up to 512 wide and wider than 2048 are read in place (the rounded mean hi and
     # its residual c subtracted in every pass; up to 512 in the row pipeline's pairs); from 513
@@ -281,6 +284,7 @@ def test_rows_on_every_side_of_the_scratch_row_rules(width: int, dt: Any) -> Non
 
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: jnp.dtype(d).name)
 @pytest.mark.parametrize("width", [4096, 4100])
+@pytest.mark.slow
 def test_wide_rows_in_pairs(width: int, dt: Any) -> None:
     # rows 4096 or more wide run in pairs that share one output sweep: an odd row count (the
     # last row alone), a scalar tail (4100), and per-example parameters: 3 groups of 3 rows
@@ -331,6 +335,7 @@ def _cond(x: Array, scale: Array, shift: Array) -> Array:
                                            (4100, jnp.float32), (4100, jnp.bfloat16), (4100, jnp.float16),
                                            (1024, jnp.bfloat16), (2000, jnp.bfloat16), (100, jnp.bfloat16)],
                          ids=lambda v: jnp.dtype(v).name if not isinstance(v, int) else str(v))
+@pytest.mark.slow
 def test_row_pipeline_hands_each_row_its_statistics(width: int, dt: Any) -> None:
     # rows read in place run as a pipeline (each step's output sweep carries the next step's
     # first statistics pass, whose statistics it hands on; steps of two rows where the
@@ -394,6 +399,7 @@ def test_row_pipeline_hands_each_row_its_statistics(width: int, dt: Any) -> None
                     assert same >= 0.98, f"{what}: only {same:.1%} of the elements equal the XLA path's"
 
 
+@pytest.mark.slow
 def test_kernel_harness_compiles() -> None:
     # bench/native_kernel.cc includes the kernels and calls their row functions directly, so a
     # change of their signatures breaks it without any other test noticing: compile it (syntax
@@ -443,6 +449,7 @@ def test_forward_sweeps_keep_their_prefetches() -> None:
         assert not called, f"{len(called)} {kind} sweeps call a per-vector step, e.g. {called[0]}"
 
 
+@pytest.mark.slow
 def test_jax_export_takes_the_xla_body() -> None:
     # A custom call without a compatibility guarantee cannot be serialized, so jax.export
     # refused every computation holding a native kernel. Lowered for export, the kernels' calls
@@ -653,6 +660,7 @@ def _builds(log: Any) -> list[list[str]]:
     return out[:-1] if not out[-1] else out
 
 
+@pytest.mark.slow
 def test_build_is_cached_and_keyed(tmp_path: Any) -> None:
     cache, log = tmp_path / "cache", tmp_path / "builds.log"
     build = "from jln.kernels import _cpu_build; print(_cpu_build.build())"
@@ -723,6 +731,7 @@ def test_a_build_waiting_for_another_says_so(tmp_path: Any, caplog: pytest.LogCa
     assert entered.is_set() and "waiting for another process" in caplog.text and "0123" in caplog.text, caplog.text
 
 
+@pytest.mark.slow
 def test_jln_build_command(tmp_path: Any) -> None:
     cache, log = tmp_path / "cache", tmp_path / "builds.log"
     cmd = "import sys; from jln.cli import main; sys.exit(main(['build']))"
@@ -744,6 +753,7 @@ def test_jln_build_command(tmp_path: Any) -> None:
         assert done.returncode == 1 and why in done.stderr and not done.stdout, (done.stdout, done.stderr)
 
 
+@pytest.mark.slow
 def test_build_prunes_libraries_unused_for_a_month(tmp_path: Any) -> None:
     cache, log = tmp_path / "cache", tmp_path / "builds.log"
     cache.mkdir()

@@ -197,6 +197,7 @@ AFTER_BUILD = """
 """
 
 
+@pytest.mark.slow
 def test_build_then_load(tmp_path: Path) -> None:
     real = _real_library()
     cache, log = tmp_path / "cache", tmp_path / "compiler.log"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -46,6 +47,7 @@ def test_rms_norm_scale_invariance(x, scale, conv):
         )
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(matrices(-3, 3))
 def test_vmap_equals_python_loop_and_jit_equals_eager(x):

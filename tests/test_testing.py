@@ -203,6 +203,7 @@ def test_bad_module_argument() -> None:
         assert_module_matches_torch(torch.nn.LayerNorm(4), object(), shapes=[(2, 4)])
 
 
+@pytest.mark.slow
 def test_module_inputs_by_keyword_with_a_padding_mask() -> None:
     pytest.importorskip("jln.interop")
     tm = torch.nn.TransformerEncoderLayer(16, 4, 32, batch_first=True, dropout=0.0)

@@ -61,6 +61,7 @@ def test_flax_keeps_six_times_more():
 
 
 @pytest.mark.parametrize("name", sorted(OPS))
+@pytest.mark.slow
 def test_check_grads_order_2(name):
     with jax.enable_x64(True):
         f = _ops()[name]
@@ -167,6 +168,7 @@ def _scanned_loss(op: str, impl: str):  # noqa: ANN202
 
 @pytest.mark.parametrize("impl", ["native", "pallas"])
 @pytest.mark.parametrize("op", sorted(_SCAN_OPS))
+@pytest.mark.slow
 def test_second_order_through_scan(op, impl):
     if impl == "native" and _native_missing():
         pytest.skip(_native_missing())
@@ -183,6 +185,7 @@ def test_second_order_through_scan(op, impl):
 
 
 @pytest.mark.parametrize("impl", ["native", "pallas"])
+@pytest.mark.slow
 def test_third_order_through_scan(impl):
     # reverse over reverse over reverse, and forward over that: every kernel call met without
     # its custom_jvp has the rules itself
