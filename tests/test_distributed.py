@@ -18,6 +18,9 @@ import pytest
 
 SCRIPT = Path(__file__).with_name("_distributed_checks.py")
 MARK = "JLN_DISTRIBUTED_RESULTS "
+# every test reads the one subprocess run (its fixture takes most of this file's time)
+pytestmark = pytest.mark.slow
+
 PALLAS_OPS = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")  # add+norm: the fused-add kernels
 
 
@@ -38,7 +41,6 @@ def _tol(entry: dict) -> float:
     return 2e-6 * max(1.0, entry["ref_scale"])
 
 
-@pytest.mark.slow
 def test_shard_map_matches_unsharded(results: dict) -> None:
     """Forward and every gradient of each op with the hidden axis split equal the unsharded run."""
     entries = results["shard_map"]

@@ -818,11 +818,14 @@ def test_dit_block_matches_torch():
     params = to_jnp(dit_params_from_torch(tm))
     fns = [linen_fn(L.DiTBlock(hidden_size=d, num_heads=heads)), nnx_fn(N.DiTBlock(d, heads, rngs=nnx.Rngs(0)))]
     tgp, results = check_against_torch(tm, fns, params, [x, c], F32_TOL, DIT_ERRORS, "dit")
+    # weight gradients sum over every token through attention and the MLP, where torch's and
+    # XLA's float32 matmuls add in different orders (seen: 3e-5 on values of 0.3-0.8)
+    grad_tol = dict(rtol=1e-4, atol=1e-4)
     for _, _, gp in results:
-        close(gp["adaLN_modulation"]["kernel"], tgp["ada.weight"].T, F32_TOL)
-        close(gp["mlp"]["fc1"]["kernel"], tgp["fc1.weight"].T, F32_TOL)
+        close(gp["adaLN_modulation"]["kernel"], tgp["ada.weight"].T, grad_tol)
+        close(gp["mlp"]["fc1"]["kernel"], tgp["fc1.weight"].T, grad_tol)
         qkv = np.concatenate([np.asarray(gp["attn"][n]["kernel"]).T for n in ("query", "key", "value")])
-        close(qkv, tgp["qkv.weight"], F32_TOL)
+        close(qkv, tgp["qkv.weight"], grad_tol)
 
 
 def test_dit_block_is_identity_at_init():

@@ -20,11 +20,11 @@ torch = pytest.importorskip("torch")
 SHAPES = [((3, 5, 48), 1), ((2, 3000), 1), ((6, 1), 1), ((0, 8), 1), ((2, 3, 4, 8), 2)]
 
 
-def _fast(dtype: str, shape: tuple[int, ...], k: int) -> bool:
-    """The default run's slice of the grid: every op, dtype, parameter dtype and impl on the
-    first shape, and the other shapes (wide, width 1, empty, two axes) in float32; the whole
-    grid runs with --run-slow."""
-    return (shape, k) == SHAPES[0] or dtype == "float32"
+def _fast(dtype: str, shape: tuple[int, ...], k: int, impl: str) -> bool:
+    """The default run's slice of the grid: every op, dtype and parameter dtype on the first
+    shape with the default impl, and the other shapes (wide, width 1, empty, two axes) and
+    ``impl="xla"`` in float32; the whole grid runs with --run-slow."""
+    return dtype == "float32" or ((shape, k) == SHAPES[0] and impl == "auto")
 
 
 def _cases():
@@ -40,8 +40,8 @@ def _cases():
                 for shape, k in SHAPES:
                     if k > 1 and not op.multi_axis:
                         continue
-                    marks = () if _fast(dtype, shape, k) else (pytest.mark.slow,)
                     for impl in impls:
+                        marks = () if _fast(dtype, shape, k, impl) else (pytest.mark.slow,)
                         yield pytest.param(op, dtype, pdt, shape, k, impl, marks=marks,
                                            id=f"{op.name}-{dtype}-p{pdt}-{'x'.join(map(str, shape))}-k{k}-{impl}")
 
