@@ -262,6 +262,33 @@ def centered(
     return hi + c, e - c, jnp.maximum(sq - c * c, 0)
 
 
+def masked_normalized(
+    x32: Array, mask: Array, axes: tuple[int, ...], eps: float, centered: bool,
+    axis_name: Any = None, axis_index_groups: Any = None,
+) -> Array:
+    """``(x - mean) * rsqrt(var + eps)`` (``centered``) or ``x * rsqrt(mean(x^2) + eps)`` with
+    the statistics over the ``mask``-ed elements of each row (of the whole row across
+    ``axis_name``); every element is normalized with them.
+
+    Centred rows are taken about a pivot, the masked mean rounded to the statistics dtype (the
+    row's first element, the unmasked pivot, may be masked out), so ``x - pivot`` is exact for
+    data clustered around a large offset; the saved mean is named as :func:`centered`'s.
+    """
+
+    def masked_mean(v: Array) -> Array:
+        def total(u: Array) -> Array:
+            t = jnp.sum(u, axis=axes, keepdims=True)
+            return t if axis_name is None else _collective(lax.psum, t, axis_name, axis_index_groups)
+
+        return total(jnp.where(mask, v, 0)) / total(mask.astype(v.dtype))
+
+    if not centered:
+        return x32 * inv_std(masked_mean(x32 * x32), eps)
+    xs = x32 - lax.stop_gradient(masked_mean(x32))
+    d = xs - checkpoint_name(masked_mean(xs), STAT_NAMES[0])
+    return d * inv_std(masked_mean(d * d), eps)
+
+
 def inv_std(var: Array, eps: float) -> Array:
     """``1 / sqrt(var + eps)``, tagged for the remat policy."""
     return checkpoint_name(_rsqrt(var + eps), STAT_NAMES[1])

@@ -10,7 +10,7 @@ statistics over the elements where ``mask`` is true, and one rounding to the res
 the end. :func:`normalize` is that computation with jln's statistics: the unmasked case is
 :class:`jln._contract.layer_norm.LayerNormSpec` (or ``RMSNormSpec``'s torch convention, which
 rounds once, as flax does) run through :func:`jln._dispatch.apply`, so jln's kernels take it
-where they apply; the masked case is written here, with the same remat policy.
+where they apply; the masked case is :func:`jln._stats.masked_normalized`, under the same remat policy.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax import lax
-from jax.ad_checkpoint import checkpoint_name
 
 from jln import _checks, _dispatch, _stats
 from jln._contract.layer_norm import LayerNormSpec
@@ -47,23 +45,20 @@ def feature_shape(x_shape: tuple[int, ...], feature_axes: tuple[int, ...]) -> tu
 
 
 def result_dtype(*arrays: Any, dtype: Any = None) -> jnp.dtype:
-    """flax's result dtype rule (``canonicalize_dtype``): ``dtype`` when given, else the JAX
-    promotion of the arrays (at least float32 for integer input).
+    """flax's result dtype rule (``canonicalize_dtype``): ``dtype`` when given, else
+    :func:`widest` of the arrays' dtypes.
 
     Computed under "standard" promotion, as flax users run it: under "strict" flax's own
     modules raise for a bfloat16 input with float32 parameters.
     """
     if dtype is not None:
         return jnp.dtype(dtype)
-    with jax.numpy_dtype_promotion("standard"):
-        dt = jnp.result_type(*[jnp.asarray(a) for a in arrays if a is not None])
-        if not jnp.issubdtype(dt, jnp.inexact):
-            dt = jnp.promote_types(jnp.float32, dt)
-    return jnp.dtype(dt)
+    return widest(*[jnp.asarray(a).dtype for a in arrays if a is not None])
 
 
 def widest(*dtypes: Any) -> jnp.dtype:
-    """The standard JAX promotion of ``dtypes`` (``None`` skipped)."""
+    """The standard JAX promotion of ``dtypes`` (``None`` skipped; at least float32 for
+    integers)."""
     with jax.numpy_dtype_promotion("standard"):
         dt = jnp.result_type(*[jnp.dtype(d) for d in dtypes if d is not None])
         if not jnp.issubdtype(dt, jnp.inexact):
@@ -145,38 +140,9 @@ def normalize(
 
 
 def _masked(spec: LayerNormSpec | RMSNormSpec, x: Array, mask: Array, *operands: Array | None) -> Array:
-    """``spec``'s formula with statistics over the ``mask``-ed elements only.
-
-    The deviations are taken about a per-row pivot (the masked mean, rounded), as the
-    unmasked statistics are, so a large common offset costs no accuracy; the variance is the
-    masked mean of squared deviations. With ``axis_name`` the sums and the counts are
-    psummed, so the statistics are those of the masked elements of the whole row.
-    """
-    axes, name, groups = spec.axes, spec.axis_name, spec.axis_index_groups
-    x32 = _stats.upcast(x)
-    w = mask.astype(x32.dtype)
-    count = _global_sum(w, axes, name, groups)
-
-    def masked_mean(v: Array) -> Array:
-        return _global_sum(jnp.where(mask, v, 0), axes, name, groups) / count
-
-    if spec.centered:
-        # about a pivot: the masked mean rounded to the statistics dtype, so x - pivot is
-        # exact for data clustered around a large offset (the unmasked path's per-row pivot
-        # is the row's first element, which a mask may exclude)
-        pivot = lax.stop_gradient(masked_mean(x32))
-        xs = x32 - pivot
-        mean = checkpoint_name(masked_mean(xs), _stats.STAT_NAMES[0])
-        d = xs - mean
-        r = _stats.inv_std(masked_mean(d * d), spec.eps)
-    else:
-        d = x32
-        r = _stats.inv_std(masked_mean(x32 * x32), spec.eps)
-    return spec.tail(d * r, *operands)
-
-
-def _global_sum(v: Array, axes: tuple[int, ...], axis_name: Any, groups: Any) -> Array:
-    s = jnp.sum(v, axis=axes, keepdims=True)
-    if axis_name is None:
-        return s
-    return lax.psum(s, axis_name, axis_index_groups=groups)
+    """``spec``'s formula with statistics over the ``mask``-ed elements only
+    (:func:`jln._stats.masked_normalized`), then its tail."""
+    y = _stats.masked_normalized(
+        _stats.upcast(x), mask, spec.axes, spec.eps, spec.centered, spec.axis_name, spec.axis_index_groups
+    )
+    return spec.tail(y, *operands)
