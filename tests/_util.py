@@ -81,3 +81,11 @@ def kernel_programs(op: _registry.Op, shape: tuple[int, ...], dtype: str, param_
     args = [jnp.asarray(v) for v in inputs.values()]
     grad = jax.grad(loss, argnums=tuple(i for i, a in enumerate(args) if jnp.issubdtype(a.dtype, jnp.floating)))
     return fwd, grad, args
+
+
+def first_fast(*values: Any) -> list[Any]:
+    """Parametrize values where only the first runs by default; the others are marked slow
+    (they run with --run-slow), so the default suite keeps one case of each check."""
+    import pytest
+
+    return [values[0], *(pytest.param(v, marks=pytest.mark.slow) for v in values[1:])]

@@ -157,6 +157,7 @@ def test_rows_far_from_zero_keep_the_pivot(wide):
     assert _err(got, jln.layer_norm(x, s, s, impl="xla")) <= 2e-6
 
 
+@pytest.mark.slow
 def test_wide_and_one_tile_paths_agree(wide, monkeypatch):
     x = (2 + jax.random.normal(jax.random.key(2), (5, 700), F32)).astype(BF16)
     w = jnp.linspace(0.5, 1.5, 700, dtype=BF16)

@@ -747,6 +747,7 @@ def test_encoder_layer_errors():
         m(jnp.ones((5, 2, 8)), src_key_padding_mask=jnp.zeros((2, 5), jnp.int32))
 
 
+@pytest.mark.slow
 def test_encoder_layer_dtypes():
     src32 = jnp.asarray(rng(15).normal(size=(5, 2, 8)), jnp.float32)
     m = L.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, param_dtype=jnp.bfloat16)
@@ -808,6 +809,7 @@ def dit_params_from_torch(tm):
 DIT_ERRORS: dict = {}
 
 
+@pytest.mark.slow  # torch DiT forward and backward in three dtypes
 def test_dit_block_matches_torch():
     torch.manual_seed(1)
     r = rng(16)
@@ -868,7 +870,8 @@ def module_pairs():
     }
 
 
-@pytest.mark.parametrize("name", list(module_pairs()))
+@pytest.mark.parametrize("name", [n if n not in ("TransformerEncoderLayer", "DiTBlock") else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in module_pairs()])
 def test_linen_equals_nnx(name):
     lm, nm, inputs = module_pairs()[name]
     if isinstance(nm, N.TransformerEncoderLayer):

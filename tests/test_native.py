@@ -29,6 +29,8 @@ import pytest
 import jln
 from jln.kernels import _cpu, _cpu_build
 
+from ._util import first_fast
+
 pytestmark = pytest.mark.skipif(
     jax.default_backend() != "cpu" or _cpu.available() is not None,
     reason=f"native CPU kernels not available here: {_cpu.available() if jax.default_backend() == 'cpu' else 'not a CPU backend'}",
@@ -101,7 +103,7 @@ def _mostly_bit_identical(a: Array, b: Array, what: str, at_least: float = 0.98)
     assert same >= at_least, f"{what}: only {same:.4%} bit-identical to the XLA path (want >= {at_least:.0%})"
 
 
-@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("dt", first_fast(*DTYPES), ids=lambda d: jnp.dtype(d).name)
 def test_forward_matches_xla_path(dt: Any) -> None:
     x, w, b, _ = _inputs(dt)
     for name, f in _ops(dt).items():
@@ -115,7 +117,7 @@ def test_forward_matches_xla_path(dt: Any) -> None:
             assert same >= 0.999, f"{name}: only {same:.4%} bit-identical"
 
 
-@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("dt", first_fast(jnp.bfloat16, jnp.float32, jnp.float16), ids=lambda d: jnp.dtype(d).name)
 def test_backward_matches_xla_path(dt: Any) -> None:
     x, w, b, ct = _inputs(dt)
     for name, f in _ops(dt).items():
@@ -544,7 +546,7 @@ TRANSFORMS: dict[str, Callable[[str, Array, Array, Array, Array], Any]] = {
 }
 
 
-@pytest.mark.parametrize("name", list(TRANSFORMS))
+@pytest.mark.parametrize("name", [n if n != "hessian" else pytest.param(n, marks=pytest.mark.slow) for n in TRANSFORMS])
 def test_transforms_match_xla_path(name: str) -> None:
     x, w, b, _ = _inputs(jnp.float32, (3, 5, 16), offset=50.0)
     W = jax.random.normal(jax.random.key(3), (3, 16))
@@ -603,6 +605,7 @@ PROBE = """
 """
 
 
+@pytest.mark.slow  # a subprocess or a wide sweep; runs with --run-slow
 def test_unbuilt_auto_stays_on_xla(tmp_path: Any) -> None:
     done = _run(PROBE, CXX=str(tmp_path / "no-such-compiler"), JLN_CACHE_DIR=str(tmp_path))
     assert done.returncode == 0, done.stderr
@@ -617,6 +620,7 @@ def test_env_switch_disables_native() -> None:
     assert "HLO False" in done.stdout and "JLN_NATIVE=0" in done.stdout, done.stdout
 
 
+@pytest.mark.slow  # a subprocess or a wide sweep; runs with --run-slow
 def test_several_devices_keep_auto_on_xla() -> None:
     done = _run(PROBE, XLA_FLAGS="--xla_force_host_platform_device_count=2")
     assert done.returncode == 0, done.stderr
@@ -780,6 +784,7 @@ def test_build_prunes_libraries_unused_for_a_month(tmp_path: Any) -> None:
     assert len(_builds(log)) == 1
 
 
+@pytest.mark.slow  # a subprocess or a wide sweep; runs with --run-slow
 def test_build_failure_names_the_part(tmp_path: Any) -> None:
     # a compiler error reaches the caller with the part it broke in and the compiler's message,
     # and no library or temp files are left behind
@@ -816,6 +821,7 @@ def test_tiny_outputs_match_xla_flush_to_zero() -> None:
             np.testing.assert_array_equal(np.asarray(a.astype(jnp.float32)), np.asarray(c.astype(jnp.float32)))
 
 
+@pytest.mark.slow  # a subprocess or a wide sweep; runs with --run-slow
 def test_float16_subnormal_outputs_match_xla() -> None:
     # float16's subnormals (below 2**-14, about 6e-5) are ordinary float32 numbers: a small
     # scale puts many outputs there, and the kernels' vector conversions must round them as

@@ -160,6 +160,7 @@ def test_session_built_the_kernels() -> None:
     assert _cpu.library() == _cpu_build.library_path() and _cpu_build.built()
 
 
+@pytest.mark.slow  # three `jln build --check` subprocesses
 def test_check_exit_codes(tmp_path: Path) -> None:
     cache, log = tmp_path / "cache", tmp_path / "compiler.log"
     cxx = _logging_compiler(tmp_path / "cxx", log, None)
