@@ -10,6 +10,8 @@ from jln._adaptive import adaptive_layer_norm as adaptive_layer_norm
 from jln._adaptive import modulate as modulate
 from jln._adaptive import split_condition as split_condition
 from jln._distributed import shard_chunks as shard_chunks
+from jln._gated import GATED_CONVENTIONS as GATED_CONVENTIONS
+from jln._gated import gated_rms_norm as gated_rms_norm
 from jln._layer_norm import add_layer_norm as add_layer_norm
 from jln._layer_norm import layer_norm as layer_norm
 from jln._rms_norm import CONVENTIONS as CONVENTIONS
@@ -29,4 +31,6 @@ __all__ = [
     "rms_norm",
     "shard_chunks",
     "split_condition",
+    "GATED_CONVENTIONS",
+    "gated_rms_norm",
 ]

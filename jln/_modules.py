@@ -39,7 +39,10 @@ import numpy as np
 
 from jln import _checks, _monitor, _platform, _stats
 from jln._adaptive import adaptive_layer_norm, modulate, resolve_order, split_condition
+from jln._contract.gated_rms_norm import ACTIVATIONS as GATED_ACTIVATIONS
+from jln._contract.gated_rms_norm import resolve_convention as resolve_gated
 from jln._contract.rms_norm import resolve_convention
+from jln._gated import gated_rms_norm
 from jln._layer_norm import layer_norm
 from jln._rms_norm import rms_norm
 
@@ -438,6 +441,54 @@ def rms_norm_specs(cfg: Any, features: tuple[int, ...]) -> dict[str, ParamSpec]:
 def apply_rms_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
     """``jln.rms_norm(x, scale, convention=...)`` with the module's dtype rule and monitor."""
     return _apply_norm(rms_norm, params, x, cfg, "jln RMSNorm", convention=cfg.convention)
+
+
+# --------------------------------------------------------------------------- gated RMSNorm
+
+
+def _check_gated_rms_norm(cfg: Any) -> None:
+    fn = "jln GatedRMSNorm"
+    resolve_gated(cfg.convention, fn)
+    _checks.check_choice(cfg.activation, "activation", GATED_ACTIVATIONS, fn)
+    _checks.check_eps(cfg.eps, fn)
+    if cfg.group_size is not None:
+        object.__setattr__(cfg, "group_size", check_positive(cfg.group_size, "group_size", fn))
+    if cfg.norm_before_gate is not None and not isinstance(cfg.norm_before_gate, (bool, np.bool_)):
+        raise TypeError(f"{fn}: `norm_before_gate` must be True, False or None; received {cfg.norm_before_gate!r}.")
+    check_inits(cfg, fn, ("scale_init",))
+    _check_common(cfg, fn)
+
+
+GatedRMSNormConfig = make_config(
+    "GatedRMSNormConfig",
+    (EPS.but(default=1e-6, doc="added to the mean square (transformers' default 1e-6)."),
+     Option("convention", "str", "mamba", "``\"mamba\"``, ``\"qwen3_next\"`` or ``\"float32\"`` (or an "
+            "alias): the cast order of :func:`jln.gated_rms_norm`. With ``dtype=None`` the output dtype is "
+            "the convention's (``\"mamba\"``: bf16 x with float32 scale gives float32)."),
+     Option("group_size", "int | None", None, "statistics per group of this many channels (``None``: the "
+            "whole row)."),
+     Option("norm_before_gate", "bool | None", None, "``None``: the convention's gate order."),
+     Option("activation", "str", "silu", "the gate's activation, ``\"silu\"`` or ``\"sigmoid\"``."),
+     AXIS, USE_SCALE.but(doc="learnable ``scale``."), *COMPUTE, *DISTRIBUTED, SCALE_INIT),
+    _check_gated_rms_norm,
+)
+
+
+def gated_rms_norm_specs(cfg: Any, features: tuple[int, ...]) -> dict[str, ParamSpec]:
+    return {"scale": _param(features, cfg.scale_init, ones)} if cfg.use_scale else {}
+
+
+def apply_gated_rms_norm(params: Params, x: Array, cfg: Any, gate: Array | None = None) -> tuple[Array, Stats]:
+    """``jln.gated_rms_norm(x, gate, scale, ...)`` with the module's dtype rule and monitor."""
+    xi = _cast_in(x, cfg.dtype)
+    g = None if gate is None else _cast_in(gate, cfg.dtype)
+    y = gated_rms_norm(
+        xi, g, params.get("scale"), axis=cfg.axis, eps=cfg.eps, group_size=cfg.group_size,
+        norm_before_gate=cfg.norm_before_gate, convention=cfg.convention, activation=cfg.activation,
+        impl=cfg.impl, **distributed(cfg),
+    )
+    y = _cast_out(y, cfg.dtype)
+    return y, _record(cfg.monitor, xi, y, cfg.axis, "jln GatedRMSNorm")
 
 
 # --------------------------------------------------------------------------- adaptive norms
@@ -1168,5 +1219,19 @@ DIT_BLOCK = Kind(
               "jnp.ones((2, 8))) == x).all())\n  True"),
     rngs_doc="``nnx.Rngs`` for parameter init.", positional=2,
 )
+GATED_RMS_NORM = dataclasses.replace(
+    LAYER_NORM, name="GatedRMSNorm", config=GatedRMSNormConfig, specs=gated_rms_norm_specs,
+    apply=apply_gated_rms_norm, call_options=(("gate", None),), flax_twin=False,
+    doc="Gated RMSNorm (Mamba-2, hybrid SSMs): ``rms_norm(x * silu(gate)) * scale`` or "
+        "``rms_norm(x) * scale * silu(gate)``.\n\n"
+        "The gate order, groups and exact cast order of each convention are those of "
+        ":func:`jln.gated_rms_norm`; ``gate`` (x's shape) is optional at the call.",
+    returns="(``__call__(x, gate=None)``): array of ``x.shape``, dtype by the convention (or ``dtype``).",
+    raises="TypeError, ValueError: as :func:`jln.gated_rms_norm`; otherwise as :class:`LayerNorm`.",
+    examples=(_LINEN + "  >>> m = jnn.GatedRMSNorm(group_size=2)\n  >>> x = jnp.ones((2, 4))\n  >>> "
+              "m.apply(m.init(jax.random.key(0), x), x, x).shape\n  (2, 4)",
+              _NNX + "  >>> jnnx.GatedRMSNorm(4, convention=\"qwen3_next\")(jnp.ones((2, 4)), jnp.zeros((2, 4)))[0]\n"
+              "  Array([0., 0., 0., 0.], dtype=float32)"),
+)
 KINDS = (LAYER_NORM, RMS_NORM, ADAPTIVE_LAYER_NORM, ADA_LN_ZERO, ADA_LN_CONTINUOUS, TRANSFORMER_ENCODER_LAYER,
-         DIT_BLOCK)
+         DIT_BLOCK, GATED_RMS_NORM)

@@ -66,6 +66,8 @@ class Op:
         for name in ("shift", "scale_c"):
             if name in self.extra:
                 out[name] = _cast(0.3 * rng.standard_normal(cond_shape), dtype)
+        if "gate" in self.extra:
+            out["gate"] = _cast(rng.standard_normal(shape), dtype)
         if "emb" in self.extra:
             out["emb"] = _cast(0.3 * rng.standard_normal(cond_shape[:-1] + (self.chunks * shape[-1],)), dtype)
         return out
@@ -114,6 +116,8 @@ class Op:
             return tuple(jln.add_rms_norm(a["x"], a["residual"], *params, **opts))
         if self.family == "adaptive_layer_norm":
             return (jln.adaptive_layer_norm(a["x"], a["emb"], *params, **opts)[0],)
+        if self.family == "gated_rms_norm":
+            return (jln.gated_rms_norm(a["x"], a.get("gate"), *params, **opts),)
         raise AssertionError(self.family)
 
     def call_torch(self, tensors: dict[str, Any], k: int = 1) -> tuple[Any, ...]:
@@ -134,6 +138,8 @@ class Op:
         if self.family == "adaptive_layer_norm":
             order = jln.ORDERS[o.pop("order")]
             return (_reference.adaptive_layer_norm(t["x"], t["emb"], *params, order=order, **o),)
+        if self.family == "gated_rms_norm":
+            return (_reference.gated_rms_norm(t["x"], t.get("gate"), *params, k=k, **o),)
         raise AssertionError(self.family)
 
 
@@ -169,6 +175,8 @@ OPS: tuple[Op, ...] = (
     Op("add_layer_norm", "add_layer_norm", extra=("residual",)),
     Op("add_rms_norm[torch]", "add_rms_norm", params=("scale",), extra=("residual",), options={"convention": "torch"}),
     Op("add_rms_norm[llama]", "add_rms_norm", params=("scale",), extra=("residual",), options={"convention": "llama", "eps": 1e-6}, exact=True),
+    *(Op(f"gated_rms_norm[{conv}]", "gated_rms_norm", params=("scale",), extra=("gate",), options={"convention": conv}, exact=True)
+      for conv in ("mamba", "qwen3_next", "float32")),
 )
 
 BY_NAME: dict[str, Op] = {op.name: op for op in OPS}

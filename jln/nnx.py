@@ -30,6 +30,7 @@ __all__ = [
     "LayerNorm",
     "RMSNorm",
     "TransformerEncoderLayer",
+    "GatedRMSNorm",
 ]
 
 
@@ -209,4 +210,8 @@ class TransformerEncoderLayer(_Module, kind=M.TRANSFORMER_ENCODER_LAYER):
 
 
 class DiTBlock(_Module, kind=M.DIT_BLOCK):
+    pass
+
+
+class GatedRMSNorm(_Module, kind=M.GATED_RMS_NORM):
     pass

@@ -200,7 +200,7 @@ def _expected_shapes(module: Any, layout: Any, flat: Mapping[str, Any]) -> dict[
     if cls == "Dense":
         return _spec_shapes(M.dense_specs(size("kernel", 0), int(module.features), use_bias=bool(module.use_bias)))
     cfg = module.cfg  # the options, the same way on every jln module
-    if cls in ("LayerNorm", "RMSNorm"):
+    if cls in ("LayerNorm", "RMSNorm", "GatedRMSNorm"):
         n_axes = 1 if isinstance(cfg.axis, int) else len(cfg.axis)
         given = next((tuple(flat[k].shape) for k in ("scale", "bias") if k in flat), None)
         if given is not None and len(given) != n_axes:
@@ -210,7 +210,8 @@ def _expected_shapes(module: Any, layout: Any, flat: Mapping[str, Any]) -> dict[
                 f"shape {given}."
             )
         features = given if given is not None else (1,) * n_axes
-        return _spec_shapes((M.layer_norm_specs if cls == "LayerNorm" else M.rms_norm_specs)(cfg, features))
+        specs = {"LayerNorm": M.layer_norm_specs, "RMSNorm": M.rms_norm_specs, "GatedRMSNorm": M.gated_rms_norm_specs}
+        return _spec_shapes(specs[cls](cfg, features))
     if cls == "AdaLNZero":
         return _spec_shapes(M.ada_ln_zero_specs(cfg, size("linear/kernel", 0)))
     if cls == "AdaLNContinuous":

@@ -271,6 +271,7 @@ LAYOUTS: dict[str, Layout] = {
         ("AdaLNContinuous", _sd_adaptive),
         ("TransformerEncoderLayer", _sd_encoder_layer),
         ("Dense", _sd_linear),
+        ("GatedRMSNorm", _sd_affine),
     )
 }
 
@@ -508,6 +509,47 @@ def _conv_linear(m: Any, fn: str) -> tuple[Spec, Params]:
     )
 
 
+def _gate_activation(m: Any, fn: str) -> str:
+    """``"silu"``/``"sigmoid"`` from a transformers gated norm's ``activation`` (a name, as
+    transformers stores it, or absent: SiLU)."""
+    act = getattr(m, "activation", "silu")
+    if act in ("silu", "swish", "sigmoid"):
+        return "sigmoid" if act == "sigmoid" else "silu"
+    raise _unsupported(m, fn, f"its gate activation is {act!r}", "jln's gated norms take 'silu' and 'sigmoid'.")
+
+
+def _hf_gated(convention: str) -> Callable[[Any, str], tuple[Spec, Params]]:
+    """transformers' gated RMSNorms -> ``GatedRMSNorm``: ``group_size`` (MambaRMSNormGated) or
+    ``n_groups`` and ``norm_before_gate`` (FalconH1) read off the module."""
+
+    def convert(m: Any, fn: str) -> tuple[Spec, Params]:
+        d = _one_axis_weight(m, fn)
+        p = {"scale": to_jax(m.weight, "weight", fn)}
+        group_size = getattr(m, "group_size", None)
+        n_groups = getattr(m, "n_groups", None)
+        if n_groups is not None:
+            if int(n_groups) <= 0 or d % int(n_groups):
+                raise _unsupported(m, fn, f"n_groups={n_groups} does not divide the width {d}", "Use a divisor.")
+            group_size = d // int(n_groups)
+        if group_size is not None and (int(group_size) <= 0 or d % int(group_size)):
+            raise _unsupported(m, fn, f"group_size={group_size} does not divide the width {d}",
+                               "transformers itself fails on such a module; use a divisor.")
+        nbg = getattr(m, "norm_before_gate", None)
+        opts = dict(
+            eps=float(m.variance_epsilon),
+            convention=convention,
+            group_size=None if group_size is None or int(group_size) == d else int(group_size),
+            norm_before_gate=None if nbg is None else bool(nbg),
+            activation=_gate_activation(m, fn),
+            axis=-1,
+            use_scale=True,
+            param_dtype=_param_dtype(p),
+        )
+        return Spec("GatedRMSNorm", {}, (d,), opts), p
+
+    return convert
+
+
 _LLAMA = ("LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm")
 _GEMMA = ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm")
 
@@ -596,6 +638,37 @@ CONVERTERS: tuple[Converter, ...] = (
         _named(("AdaLayerNormContinuous",), ("linear", "norm")),
         _conv_ada_continuous,
         LAYOUTS["AdaLNContinuous"],
+    ),
+    Converter(
+        "transformers Mamba2RMSNormGated, and any transformers class whose code is its (Bamba, Zamba2, "
+        "NemotronH, GraniteMoeHybrid...)",
+        "GatedRMSNorm(convention='mamba')",
+        _hf_norm(("Mamba2RMSNormGated",), "mamba2", ("weight", "variance_epsilon", "group_size")),
+        _hf_gated("mamba"),
+        LAYOUTS["GatedRMSNorm"],
+    ),
+    Converter(
+        "transformers Qwen3NextRMSNormGated, and any transformers class whose code is its (Qwen3.5, "
+        "OLMo-hybrid, Qwen4Exp...)",
+        "GatedRMSNorm(convention='qwen3_next')",
+        _hf_norm(("Qwen3NextRMSNormGated",), "qwen3_next", ("weight", "variance_epsilon")),
+        _hf_gated("qwen3_next"),
+        LAYOUTS["GatedRMSNorm"],
+    ),
+    Converter(
+        "transformers KimiLinearRMSNormGated, and any transformers class whose code is its (BailingHybrid, "
+        "Glm5Next, LaraMini...)",
+        "GatedRMSNorm(convention='float32', activation=its own)",
+        _hf_norm(("KimiLinearRMSNormGated",), "kimi_linear", ("weight", "variance_epsilon")),
+        _hf_gated("float32"),
+        LAYOUTS["GatedRMSNorm"],
+    ),
+    Converter(
+        "transformers FalconH1RMSNormGated, and any transformers class whose code is its",
+        "GatedRMSNorm(convention='float32', group_size=width // n_groups)",
+        _hf_norm(("FalconH1RMSNormGated",), "falcon_h1", ("weight", "variance_epsilon", "n_groups", "norm_before_gate")),
+        _hf_gated("float32"),
+        LAYOUTS["GatedRMSNorm"],
     ),
 )
 

@@ -111,7 +111,7 @@ def unsupported_reason(spec: NormSpec, x: Any, operands: tuple[Any, ...], backen
     if spec.axis_name is not None:
         return _distributed.CROSS_DEVICE_REASON
     if spec.op not in FAMILIES:
-        return f"no Pallas kernel for {spec.op!r}"
+        return f"no Pallas kernel for {spec.op!r} yet (it runs on the XLA path)"
     axes, ndim = spec.axes, x.ndim
     if axes != tuple(range(ndim - len(axes), ndim)):
         return (

@@ -391,7 +391,7 @@ def unsupported_reason(spec: NormSpec, x: Any, operands: tuple[Any, ...], backen
     if spec.axis_name is not None:
         return _distributed.CROSS_DEVICE_REASON
     if spec.op not in FLAGS_OF:
-        return f"no native CPU kernel for {spec.op!r}"
+        return f"no native CPU kernel for {spec.op!r} yet (it runs on the XLA path)"
     if getattr(spec, "convention", None) == "seed":
         return "the 'seed' RMSNorm convention runs on the XLA path"
     axes = spec.axes

@@ -103,6 +103,8 @@ def bytes_moved(op: str, rows: int, width: int, itemsize: int, direction: str) -
     per = 2 if direction == "fwd" else 3
     if impls.family(op) in impls.FUSED_ADD:
         per *= 2
+    elif impls.family(op) == "gated_rms_norm":  # reads the gate too (and writes dgate)
+        per = 3 if direction == "fwd" else 5
     return per * rows * width * itemsize
 
 
@@ -386,7 +388,8 @@ def op_inputs(op: str, data: dict[str, Any], i: int) -> tuple[dict[str, Any], tu
     s = data["sets"][i]
     p = {}
     for name in impls.array_names(op):
-        p[name] = s[name] if name in s else data[name]
+        # a gated norm's gate: another x-shaped random array (the residual buffer)
+        p[name] = s["residual"] if name == "gate" else s[name] if name in s else data[name]
     if impls.family(op) in ("adaptive_layer_norm", "modulate"):  # per-example conditions
         rows, width = s["x"].shape
         b = impls.adaptive_batch(rows)

@@ -85,7 +85,7 @@ def adaptive_batch(rows: int) -> int:
 def array_names(op: str) -> tuple[str, ...]:
     """Names of the (differentiable) inputs ``op`` takes, besides the cotangents."""
     o = _op(op)
-    return ("x", *(["residual"] if "residual" in o.extra else []), *o.params,
+    return ("x", *(["residual"] if "residual" in o.extra else []), *(["gate"] if "gate" in o.extra else []), *o.params,
             *(n for n in ("emb", "shift", "scale_c") if n in o.extra))
 
 
@@ -115,6 +115,8 @@ def _flax(op: str, two_pass: bool) -> Callable[[dict[str, Any]], tuple[Any, ...]
         raise Skip(f"flax.linen has no {_convention(o)} RMSNorm convention")
     if o.family == "modulate":
         raise Skip("flax.linen has no modulate")
+    if o.family == "gated_rms_norm":
+        raise Skip("flax.linen has no gated RMSNorm")
     fast = not two_pass
 
     def ln(x: Any, scale: Any, bias: Any) -> Any:
@@ -137,6 +139,8 @@ def _jnp(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
     conv = _convention(o)
     if o.family in ("rms_norm", "add_rms_norm") and conv not in ("torch", "llama"):
         raise Skip(f"no textbook jnp version of the {conv} convention (torch times its reference)")
+    if o.family == "gated_rms_norm":
+        raise Skip("no textbook jnp version of the gated RMSNorm (torch times its reference)")
 
     def row(p: Any, x: Any, dtype: Any) -> Any:
         return p.astype(dtype).reshape((1,) * (x.ndim - 1) + p.shape)
@@ -330,4 +334,6 @@ def torch_op(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
         return ada
     if o.family == "modulate":
         return lambda p: (_modulate(p["x"], p["shift"], p["scale_c"]),)
+    if o.family == "gated_rms_norm":
+        return lambda p: (_reference.gated_rms_norm(p["x"], p["gate"], p["scale"], eps=eps, convention=conv),)
     raise ValueError(op)
