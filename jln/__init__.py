@@ -15,6 +15,11 @@ from jln._layer_norm import layer_norm as layer_norm
 from jln._rms_norm import CONVENTIONS as CONVENTIONS
 from jln._rms_norm import add_rms_norm as add_rms_norm
 from jln._rms_norm import rms_norm as rms_norm
+from jln._batch_norm import RunningStats as RunningStats
+from jln._batch_norm import batch_norm as batch_norm
+from jln._batch_norm import frozen_batch_norm as frozen_batch_norm
+from jln._batch_norm import group_norm as group_norm
+from jln._batch_norm import instance_norm as instance_norm
 
 __version__ = "0.1.0"
 
@@ -29,4 +34,9 @@ __all__ = [
     "rms_norm",
     "shard_chunks",
     "split_condition",
+    "RunningStats",
+    "batch_norm",
+    "frozen_batch_norm",
+    "group_norm",
+    "instance_norm",
 ]

@@ -975,6 +975,10 @@ class Kind:
     call_options: tuple[tuple[str, Any], ...] = ()  # (name, default), after the inputs
     dropout: bool = False
     flax_twin: bool = False  # flax has a module of this name (jln.flax.<api>.<name>)
+    #: running statistics (``jln._batch_modules``): ``state(cfg, *shapes)`` gives their specs;
+    #: ``apply(params, *inputs, cfg, state=..., training=...)`` then returns
+    #: ``((out, new_state or None), stats)``
+    state: Callable[..., dict[str, Any]] | None = None
 
     @property
     def options(self) -> tuple[dataclasses.Field[Any], ...]:
@@ -1170,3 +1174,7 @@ DIT_BLOCK = Kind(
 )
 KINDS = (LAYER_NORM, RMS_NORM, ADAPTIVE_LAYER_NORM, ADA_LN_ZERO, ADA_LN_CONTINUOUS, TRANSFORMER_ENCODER_LAYER,
          DIT_BLOCK)
+
+from jln._batch_modules import STATEFUL  # noqa: E402 (its kinds build on this module's records)
+
+KINDS = (*KINDS, *STATEFUL)

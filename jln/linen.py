@@ -31,6 +31,10 @@ __all__ = [
     "LayerNorm",
     "RMSNorm",
     "TransformerEncoderLayer",
+    "BatchNorm",
+    "FrozenBatchNorm",
+    "GroupNorm",
+    "InstanceNorm",
 ]
 
 
@@ -88,7 +92,40 @@ def _forward(module: _Module, sig: inspect.Signature, args: tuple[Any, ...], kwa
     if kind.dropout:
         on = not deterministic and cfg.dropout > 0
         call["dropout_fn"] = nn.Dropout(rate=cfg.dropout, deterministic=False, name="dropout_layer") if on else None
+    if kind.state is not None:
+        return _forward_stateful(module, kind, cfg, params, inputs, shapes, call, fn)
     out, stats = kind.apply(params, *inputs, cfg, **call)
+    _sow(module, stats)
+    return out
+
+
+def _forward_stateful(
+    module: _Module, kind: M.Kind, cfg: Any, params: Any, inputs: list[Any], shapes: list[Any],
+    call: dict[str, Any], fn: str,
+) -> Any:
+    """A kind with running statistics (``jln._batch_modules``): they live in ``"batch_stats"``;
+    a training call (``use_running_average`` not True) updates them unless initializing."""
+    assert kind.state is not None
+    specs = kind.state(cfg, *shapes)
+    variables = {
+        name: module.variable(
+            "batch_stats", name,
+            lambda s=spec: s.init(None, s.shape, cfg.param_dtype if s.dtype is None else s.dtype),
+        )
+        for name, spec in specs.items()
+    }
+    training = not call.pop("use_running_average", None)
+    (out, new), stats = kind.apply(params, *inputs, cfg, state={n: v.value for n, v in variables.items()},
+                                   training=training)
+    if new is not None and not module.is_initializing():
+        if not module.is_mutable_collection("batch_stats"):
+            raise ValueError(
+                f"{fn}: a training call updates the running statistics, so `batch_stats` must be "
+                f"mutable: call apply(variables, x, mutable=['batch_stats']) (it returns (y, updates)), "
+                f"or pass use_running_average=True for eval mode."
+            )
+        for name, v in variables.items():
+            v.value = new[name]
     _sow(module, stats)
     return out
 
@@ -156,4 +193,20 @@ class TransformerEncoderLayer(_Module, kind=M.TRANSFORMER_ENCODER_LAYER):
 
 
 class DiTBlock(_Module, kind=M.DIT_BLOCK):
+    pass
+
+
+class BatchNorm(_Module, kind=M.STATEFUL[0]):
+    pass
+
+
+class InstanceNorm(_Module, kind=M.STATEFUL[1]):
+    pass
+
+
+class GroupNorm(_Module, kind=M.STATEFUL[2]):
+    pass
+
+
+class FrozenBatchNorm(_Module, kind=M.STATEFUL[3]):
     pass

@@ -30,6 +30,10 @@ __all__ = [
     "LayerNorm",
     "RMSNorm",
     "TransformerEncoderLayer",
+    "BatchNorm",
+    "FrozenBatchNorm",
+    "GroupNorm",
+    "InstanceNorm",
 ]
 
 
@@ -124,6 +128,8 @@ class _Module(nnx.Module):
     cfg: Any
     _layout: Layout
     dropout_layer: nnx.Dropout
+    _state_names: tuple[str, ...]
+    use_running_average: bool
 
     def __init_subclass__(cls, kind: M.Kind | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -164,6 +170,12 @@ def _build(module: _Module, args: dict[str, Any]) -> None:
     specs = kind.specs(module.cfg, *shapes)
     module._layout = _layout(specs)
     _create(module, specs, module.cfg.param_dtype, rngs, fn)
+    if kind.state is not None:
+        module._state_names = tuple(kind.state(module.cfg, *shapes))
+        for name, spec in kind.state(module.cfg, *shapes).items():
+            dtype = module.cfg.param_dtype if spec.dtype is None else spec.dtype
+            setattr(module, name, nnx.BatchStat(spec.init(None, spec.shape, dtype)))
+        module.use_running_average = False  # a fresh torch module is in training mode
     if kind.dropout:
         if rngs is None:
             raise TypeError(f"{fn}: pass rngs=nnx.Rngs(0) (parameter init and the dropout stream).")
@@ -179,6 +191,15 @@ def _forward(module: _Module, call: dict[str, Any]) -> Any:
     if kind.dropout:
         layer = module.dropout_layer
         call["dropout_fn"] = None if layer.deterministic or cfg.dropout == 0 else layer
+    if kind.state is not None:
+        eval_mode = call.pop("use_running_average", None)
+        training = not (module.use_running_average if eval_mode is None else eval_mode)
+        state = {n: getattr(module, n)[...] for n in module._state_names}
+        (out, new), stats = kind.apply(_values(module, module._layout), *inputs, cfg, state=state, training=training)
+        for name, value in (new or {}).items():
+            getattr(module, name).value = value
+        _sow(module, stats)
+        return out
     out, stats = kind.apply(_values(module, module._layout), *inputs, cfg, **call)
     _sow(module, stats)
     return out
@@ -209,4 +230,20 @@ class TransformerEncoderLayer(_Module, kind=M.TRANSFORMER_ENCODER_LAYER):
 
 
 class DiTBlock(_Module, kind=M.DIT_BLOCK):
+    pass
+
+
+class BatchNorm(_Module, kind=M.STATEFUL[0]):
+    pass
+
+
+class InstanceNorm(_Module, kind=M.STATEFUL[1]):
+    pass
+
+
+class GroupNorm(_Module, kind=M.STATEFUL[2]):
+    pass
+
+
+class FrozenBatchNorm(_Module, kind=M.STATEFUL[3]):
     pass

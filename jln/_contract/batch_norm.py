@@ -1,0 +1,163 @@
+"""The batch-statistics norms' contract (BatchNorm, InstanceNorm, GroupNorm, FrozenBatchNorm2d):
+their specs, formulas and dtype rules, in torch's semantics.
+
+One formula serves the three families that normalize with statistics of the batch: ``x`` laid
+out so that the statistics are taken over ``axes`` (BatchNorm: every axis but the channels;
+InstanceNorm: the spatial axes; GroupNorm: a group's channels and the spatial axes, after the
+channel axis is split into ``(groups, channels per group)``), the statistics from
+:func:`jln._stats.centered` (the corrected two-pass algorithm, global across ``axis_name``), and
+a per-channel affine. What differs from torch's eager kernels is stated where it is written:
+
+* bfloat16/float16 ``x`` whose parameters (and running statistics) are of its own dtype, or
+  absent: torch's CPU BatchNorm rounds the batch mean and ``1/sqrt(var + eps)`` to that dtype
+  before normalizing (*measured*: with them rounded jln matches torch 2.13 bit for bit; computed
+  in float32 and rounded once, on ~35% of elements it does not). With float32 parameters
+  (torch's mixed-dtype path) the statistics stay float32 and the output is rounded once.
+  GroupNorm always keeps them in float32. ``stat_round`` carries that dtype (``None``: none).
+* The derivative is that of the float32 computation (the rounding of the statistics is a
+  forward-only detail: torch's backward differentiates its saved statistics the same way).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jln import _stats
+from jln._contract import NormSpec
+
+Array = jax.Array
+
+
+@jax.custom_jvp
+def forward_as(value: Array, like: Array) -> Array:
+    """``value``, differentiated as ``like`` (two computations of the same quantity: one rounded
+    as torch's forward rounds, one whose derivative is the float32 formula's)."""
+    return value
+
+
+@forward_as.defjvp
+def _forward_as_jvp(primals: tuple[Array, Array], tangents: tuple[Array, Array]) -> tuple[Array, Array]:
+    return primals[0], tangents[1]
+
+
+def _affine(y: Array, scale: Array | None, bias: Array | None) -> Array:
+    if scale is not None:
+        y = y * scale.astype(y.dtype)
+    if bias is not None:
+        y = y + bias.astype(y.dtype)
+    return y
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BatchStatSpec(NormSpec):
+    """Normalization with the statistics of ``x`` over ``axes``:
+    ``y = (x - mean) / sqrt(var + eps) * scale + bias`` (biased variance), rounded once to
+    ``out_dtype``; the formula also returns ``(mean, var)`` (keepdims, statistics dtype, outside
+    autodiff) for the running statistics. ``stat_round``: the dtype torch rounds ``mean`` and
+    ``rstd`` to before use (see the module docstring), or ``None``."""
+
+    out_dtype: Any
+    stat_round: Any = None
+
+    op = "batch_stats"
+    operands = ("scale", "bias")
+    centered = True
+
+    @property
+    def result_dtype(self) -> jnp.dtype:
+        return jnp.dtype(self.out_dtype)
+
+    def formula(self, x: Array, *operands: Array | None) -> Any:  # type: ignore[override]
+        scale, bias = (*operands, None, None)[:2]
+        x32 = _stats.upcast(x)
+        groups = self.axis_index_groups
+        mean, d, var = _stats.centered(x32, self.axes, self.axis_name, groups)
+        h = _stats.normalized(x32, self.axes, self.eps, (d, var), self.axis_name, groups)
+        if self.stat_round is not None:
+            m_r = _stats.round_to(lax.stop_gradient(mean), self.stat_round)
+            r_r = _stats.round_to(lax.rsqrt(lax.stop_gradient(var) + self.eps), self.stat_round)
+            h = forward_as((x32 - m_r) * r_r, h)
+        y = _affine(h, scale, bias).astype(self.out_dtype)
+        return y, lax.stop_gradient(mean), lax.stop_gradient(var)
+
+    def tail(self, y: Array, *operands: Array | None) -> Array:
+        return _affine(y, *(*operands, None, None)[:2]).astype(self.out_dtype)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunningStatSpec(NormSpec):
+    """Normalization with given statistics (BatchNorm in eval mode):
+    ``y = (x - running_mean) / sqrt(running_var + eps) * scale + bias`` in the statistics dtype,
+    rounded once to ``out_dtype`` (torch's CPU kernel, *measured* bit-exact for bfloat16 and
+    float16 with parameters of either dtype). ``axes`` are the axes the statistics were taken
+    over (where the operands have size 1)."""
+
+    out_dtype: Any
+
+    op = "running_stats"
+    operands = ("scale", "bias", "running_mean", "running_var")
+    centered = True
+
+    @property
+    def result_dtype(self) -> jnp.dtype:
+        return jnp.dtype(self.out_dtype)
+
+    def formula(self, x: Array, *operands: Array | None) -> Array:
+        scale, bias, mean, var = operands
+        assert mean is not None and var is not None
+        x32 = _stats.upcast(x)
+        sd = x32.dtype
+        h = (x32 - mean.astype(sd)) * lax.rsqrt(var.astype(sd) + self.eps)
+        return self.tail(h, scale, bias)
+
+    def tail(self, y: Array, *operands: Array | None) -> Array:
+        return _affine(y, *(*operands, None, None)[:2]).astype(self.out_dtype)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FrozenBatchNormSpec(NormSpec):
+    """The DETR family's ``FrozenBatchNorm2d`` (transformers ``DetrFrozenBatchNorm2d`` and its
+    copies), op by op as its ``forward`` is written::
+
+        scale = weight * rsqrt(running_var + eps)
+        shift = bias - running_mean * scale
+        y = x * scale + shift
+
+    Each op rounds to its operands' promoted dtype (``param_dtype`` for the first two lines, the
+    promotion of ``x``'s and ``param_dtype`` for the last), so a bfloat16 ``x`` with float32
+    buffers returns float32, as torch does. A different rounding order from BatchNorm's eval
+    mode (``(x - mean) * rstd * weight + bias``): the two differ in the last bits."""
+
+    param_dtype: Any
+    out_dtype: Any
+
+    op = "frozen_batch_norm"
+    operands = ("scale", "bias", "running_mean", "running_var")
+    centered = True
+
+    @property
+    def result_dtype(self) -> jnp.dtype:
+        return jnp.dtype(self.out_dtype)
+
+    def formula(self, x: Array, *operands: Array | None) -> Array:
+        w, b, rm, rv = operands
+        assert w is not None and b is not None and rm is not None and rv is not None
+        pd, od = self.param_dtype, self.out_dtype
+        sd = _stats.stats_dtype(_stats.promote(pd, od))
+
+        def r(v: Array, dtype: Any) -> Array:
+            return _stats.round_to(v, dtype)
+
+        rstd = r(lax.rsqrt(r(rv.astype(sd) + self.eps, pd)), pd)
+        scale = r(w.astype(sd) * rstd, pd)
+        shift = r(b.astype(sd) - r(rm.astype(sd) * scale, pd), pd)
+        y = r(r(x.astype(sd) * scale, od) + shift, od)
+        return y.astype(od)
+
+    def tail(self, y: Array, *operands: Array | None) -> Array:
+        raise NotImplementedError("FrozenBatchNorm has no separate epilogue: see formula")
