@@ -10,8 +10,9 @@ a per-channel affine. What differs from torch's eager kernels is stated where it
 
 * bfloat16/float16 ``x`` whose parameters (and running statistics) are of its own dtype, or
   absent: torch's CPU BatchNorm rounds the batch mean and ``1/sqrt(var + eps)`` to that dtype
-  before normalizing (*measured*: with them rounded jln matches torch 2.13 bit for bit; computed
-  in float32 and rounded once, on ~35% of elements it does not). With float32 parameters
+  before normalizing, and for bfloat16 the sum of squared deviations too
+  (:meth:`BatchStatSpec._rounded_stats`; *measured*: so rounded jln matches torch 2.13 bit for
+  bit; computed in float32 and rounded once, ~35% of elements differ). With float32 parameters
   (torch's mixed-dtype path) the statistics stay float32 and the output is rounded once.
   GroupNorm always keeps them in float32. ``stat_round`` carries that dtype (``None``: none).
 * The derivative is that of the float32 computation (the rounding of the statistics is a
@@ -79,11 +80,22 @@ class BatchStatSpec(NormSpec):
         mean, d, var = _stats.centered(x32, self.axes, self.axis_name, groups)
         h = _stats.normalized(x32, self.axes, self.eps, (d, var), self.axis_name, groups)
         if self.stat_round is not None:
-            m_r = _stats.round_to(lax.stop_gradient(mean), self.stat_round)
-            r_r = _stats.round_to(lax.rsqrt(lax.stop_gradient(var) + self.eps), self.stat_round)
-            h = forward_as((x32 - m_r) * r_r, h)
+            h = forward_as(self._rounded_stats(x32, lax.stop_gradient(mean), lax.stop_gradient(var)), h)
         y = _affine(h, scale, bias).astype(self.out_dtype)
         return y, lax.stop_gradient(mean), lax.stop_gradient(var)
+
+    def _rounded_stats(self, x32: Array, mean: Array, var: Array) -> Array:
+        """``(x - mean) * rstd`` with torch's CPU rounding of its statistics (*measured*, torch
+        2.13, bit-exact on every shape tried): the mean and rstd are rounded to the half dtype;
+        for bfloat16 also the sum of squared deviations ``n * var`` before ``rstd =
+        1/sqrt(sum / n + eps)`` (float16 keeps that sum in float32)."""
+        dt = jnp.dtype(self.stat_round)
+        n = _stats.count(x32.shape, self.axes, self.axis_name, self.axis_index_groups)
+        if dt == jnp.bfloat16:
+            var = _stats.round_to(var * n, dt) / n
+        m_r = _stats.round_to(mean, dt)
+        r_r = _stats.round_to(lax.rsqrt(var + self.eps), dt)
+        return (x32 - m_r) * r_r
 
     def tail(self, y: Array, *operands: Array | None) -> Array:
         return _affine(y, *(*operands, None, None)[:2]).astype(self.out_dtype)
