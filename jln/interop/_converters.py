@@ -45,6 +45,8 @@ class Spec:
     options: dict[str, Any]
     namespace: str = "jln"  # "flax" for plain Dense / nnx.Linear
     nnx_cls: str | None = None
+    #: the converter returns whole variables (``{"params": ..., "batch_stats": ...}``)
+    collections: bool = False
 
 
 @dataclass(frozen=True)
@@ -606,3 +608,15 @@ def find(m: Any) -> Converter | None:
         if c.recognise(m):
             return c
     return None
+
+
+def _extend() -> None:
+    """Append the batch-statistics norms' converters and layouts (their own module)."""
+    global CONVERTERS
+    from jln.interop import _batch_converters
+
+    LAYOUTS.update(_batch_converters.LAYOUTS)
+    CONVERTERS = (*CONVERTERS, *_batch_converters.CONVERTERS)
+
+
+_extend()
