@@ -353,3 +353,118 @@ def test_errors_say_what_to_do() -> None:
         jnnx.BatchNorm(3, momentum=1.5)
     with pytest.raises(ValueError, match="num_features=3"):
         jnnx.BatchNorm(3)(jnp.ones((2, 4)))
+
+
+_FROZEN_COPIES = ("conditional_detr.ConditionalDetr", "deformable_detr.DeformableDetr", "rt_detr.RTDetr",
+                  "table_transformer.TableTransformer", "grounding_dino.GroundingDino", "d_fine.DFine")
+
+
+def _torch_modules():
+    import importlib
+
+    mods = [torch.nn.BatchNorm2d(3), torch.nn.BatchNorm1d(3, momentum=None), torch.nn.SyncBatchNorm(3),
+            torch.nn.InstanceNorm2d(3), torch.nn.InstanceNorm1d(3, affine=True, track_running_stats=True),
+            torch.nn.GroupNorm(3, 6), torch.nn.BatchNorm3d(3, affine=False, track_running_stats=False)]
+    for copy in _FROZEN_COPIES:
+        model, prefix = copy.split(".")
+        cls = getattr(importlib.import_module(f"transformers.models.{model}.modeling_{model}"), f"{prefix}FrozenBatchNorm2d")
+        m = cls(3)
+        m.running_var.copy_(torch.rand(3) + 0.5)
+        mods.append(m)
+    return mods
+
+
+def test_interop_round_trip_with_running_statistics() -> None:
+    """Two training steps in torch, then convert: eval outputs match, the running statistics and
+    the counter come back in the state_dict, which loads strictly into a fresh torch module."""
+    from jln.interop import from_torch, to_torch_state_dict
+
+    torch.manual_seed(0)
+    for m in _torch_modules():
+        c = 6 if isinstance(m, torch.nn.GroupNorm) else 3
+        shape = (4, c, 5) if "1d" in type(m).__name__ else (4, c, 3, 4) if "3d" not in type(m).__name__ else (2, c, 2, 3, 4)
+        frozen = "Frozen" in type(m).__name__
+        if not frozen:
+            m.train()
+            for _ in range(2):
+                m(torch.randn(shape))
+        m.eval()
+        x = torch.randn(shape)
+        with torch.no_grad():
+            want = m(x).numpy()
+        for api in ("linen", "nnx"):
+            if api == "linen":
+                jm, v = from_torch(m)
+                kw = {} if type(jm).__name__ in ("GroupNorm", "FrozenBatchNorm") else {"use_running_average": True}
+                got, sd = jm.apply(v, jnp.asarray(x.numpy()), **kw), to_torch_state_dict(v, jm)
+            else:
+                nm = from_torch(m, api="nnx")
+                got, sd = nm(jnp.asarray(x.numpy())), to_torch_state_dict(nm)
+            assert np.abs(np.asarray(got) - want).max() <= (0 if frozen else 1e-6), (type(m).__name__, api)
+            assert sorted(sd) == sorted(m.state_dict()), type(m).__name__
+            for k, t in m.state_dict().items():
+                assert torch.equal(sd[k].to(t.dtype), t), (type(m).__name__, k)
+            fresh = type(m)(*([3, 6] if isinstance(m, torch.nn.GroupNorm) else [3]))
+            if hasattr(fresh, "track_running_stats"):
+                fresh = type(m)(3, affine=m.affine, track_running_stats=m.track_running_stats)
+            fresh.load_state_dict(sd, strict=True)
+
+
+def test_a_frozen_batch_norm_with_other_code_is_refused() -> None:
+    from transformers.models.detr.modeling_detr import DetrFrozenBatchNorm2d
+
+    from jln.interop import from_torch
+
+    class OtherFrozenBatchNorm2d(DetrFrozenBatchNorm2d):
+        __module__ = "transformers.models.other.modeling_other"
+
+        def forward(self, x):  # eps 1e-3: not the DETR computation
+            scale = self.weight.reshape(1, -1, 1, 1) * (self.running_var.reshape(1, -1, 1, 1) + 1e-3).rsqrt()
+            return x * scale
+
+    with pytest.raises(TypeError, match="no converter"):
+        from_torch(OtherFrozenBatchNorm2d(3))
+    with pytest.raises(ValueError, match="bias=False"):
+        from_torch(torch.nn.BatchNorm2d(3, bias=False))
+
+
+@pytest.mark.parametrize("name", ["BatchNorm", "InstanceNorm", "GroupNorm", "FrozenBatchNorm"])
+def test_linen_and_nnx_take_the_same_options_and_jit_as_static(name: str) -> None:
+    import dataclasses
+    import inspect
+
+    from flax import nnx
+
+    lin, nn_ = getattr(jnn, name), getattr(jnnx, name)
+    fields = [f.name for f in dataclasses.fields(lin) if f.name not in ("parent", "name")]
+    params = [p for p in inspect.signature(nn_.__init__).parameters if p not in ("self", "rngs", "num_features")]
+    assert fields == params
+    for api, section in ((lin, "Attributes:"), (nn_, "Args:")):
+        doc = inspect.getdoc(api) or ""
+        for option in fields:
+            assert f"\n  {option}: " in doc.split(section)[1], (name, option)
+    m = nn_(2, 4) if name == "GroupNorm" else nn_(4)
+    x = _x((2, 4, 3))
+    gdef, state = nnx.split(m)
+    y = jax.jit(lambda g, s, x: nnx.merge(g, s)(x), static_argnums=0)(gdef, state, jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(y), np.asarray(m(jnp.asarray(x))), atol=1e-6)
+
+
+def test_nnx_step_under_jit_updates_batch_stats() -> None:
+    """The functional NNX pattern: a jitted training step returns the updated state."""
+    from flax import nnx
+
+    m = jnnx.BatchNorm(3)
+    x = jnp.asarray(_x((8, 3)))
+
+    @nnx.jit
+    def step(m, x):
+        return m(x)
+
+    step(m, x)
+    step(m, x)
+    assert int(m.num_batches_tracked[...]) == 2
+    tm = torch.nn.BatchNorm1d(3)
+    tm(_t(np.asarray(x)))
+    tm(_t(np.asarray(x)))
+    np.testing.assert_allclose(np.asarray(m.running_var[...]), _np(tm.running_var), rtol=1e-6)
