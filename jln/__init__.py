@@ -9,17 +9,17 @@ from jln._adaptive import ORDERS as ORDERS
 from jln._adaptive import adaptive_layer_norm as adaptive_layer_norm
 from jln._adaptive import modulate as modulate
 from jln._adaptive import split_condition as split_condition
+from jln._batch_norm import RunningStats as RunningStats
+from jln._batch_norm import batch_norm as batch_norm
+from jln._batch_norm import frozen_batch_norm as frozen_batch_norm
+from jln._batch_norm import group_norm as group_norm
+from jln._batch_norm import instance_norm as instance_norm
 from jln._distributed import shard_chunks as shard_chunks
 from jln._layer_norm import add_layer_norm as add_layer_norm
 from jln._layer_norm import layer_norm as layer_norm
 from jln._rms_norm import CONVENTIONS as CONVENTIONS
 from jln._rms_norm import add_rms_norm as add_rms_norm
 from jln._rms_norm import rms_norm as rms_norm
-from jln._batch_norm import RunningStats as RunningStats
-from jln._batch_norm import batch_norm as batch_norm
-from jln._batch_norm import frozen_batch_norm as frozen_batch_norm
-from jln._batch_norm import group_norm as group_norm
-from jln._batch_norm import instance_norm as instance_norm
 
 __version__ = "0.1.0"
 

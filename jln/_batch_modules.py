@@ -78,6 +78,8 @@ NUM_FEATURES = M.Shape(
 def _check(fn: str) -> Any:
     def check(cfg: Any) -> None:
         _checks.check_eps(cfg.eps, fn)
+        if not hasattr(cfg, "impl"):  # FrozenBatchNorm: eps and the layout only
+            return
         M._check_common(cfg, fn)
         if getattr(cfg, "momentum", None) is not None:
             m = cfg.momentum
@@ -110,7 +112,7 @@ GroupNormConfig = M.make_config(
 )
 FrozenBatchNormConfig = M.make_config(
     "FrozenBatchNormConfig", (EPS, CHANNEL_AXIS, M.PARAM_DTYPE.but(doc="dtype of the four buffers (float32).")),
-    lambda cfg: _checks.check_eps(cfg.eps, "jln FrozenBatchNorm"),
+    _check("jln FrozenBatchNorm"),
 )
 
 

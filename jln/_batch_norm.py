@@ -171,11 +171,11 @@ def batch_norm(
       NameError: ``axis_name`` is not bound.
 
     Example:
-      >>> import jax.numpy as jnp, jln
+      >>> import jax.numpy as jnp, numpy as np, jln
       >>> x = jnp.arange(8.0).reshape(4, 2)
       >>> y, stats = jln.batch_norm(x, jnp.zeros(2), jnp.ones(2), training=True)
-      >>> y[:, 0].round(3), stats.mean
-      (Array([-1.342, -0.447,  0.447,  1.342], dtype=float32), Array([0.3, 0.4], dtype=float32))
+      >>> np.asarray(y[:, 0]).round(3), stats.mean
+      (array([-1.342, -0.447,  0.447,  1.342], dtype=float32), Array([0.3, 0.4], dtype=float32))
 
     Reference: Ioffe and Szegedy, "Batch Normalization: Accelerating Deep Network Training by
     Reducing Internal Covariate Shift" (2015).
@@ -306,10 +306,10 @@ def instance_norm(
       TypeError, ValueError: as :func:`batch_norm`; ``x`` without a spatial axis.
 
     Example:
-      >>> import jax.numpy as jnp, jln
+      >>> import jax.numpy as jnp, numpy as np, jln
       >>> y, _ = jln.instance_norm(jnp.arange(8.0).reshape(1, 2, 4))
-      >>> y[0, 0].round(3)
-      Array([-1.342, -0.447,  0.447,  1.342], dtype=float32)
+      >>> np.asarray(y[0, 0]).round(3)
+      array([-1.342, -0.447,  0.447,  1.342], dtype=float32)
 
     Reference: Ulyanov, Vedaldi and Lempitsky, "Instance Normalization: The Missing Ingredient
     for Fast Stylization" (2016).
@@ -364,9 +364,9 @@ def group_norm(
         ``channel_axis`` 0 or out of range.
 
     Example:
-      >>> import jax.numpy as jnp, jln
-      >>> jln.group_norm(jnp.arange(8.0).reshape(1, 4, 2), 2)[0, :2].round(3)
-      Array([[-1.342, -0.447],
+      >>> import jax.numpy as jnp, numpy as np, jln
+      >>> np.asarray(jln.group_norm(jnp.arange(8.0).reshape(1, 4, 2), 2)[0, :2]).round(3)
+      array([[-1.342, -0.447],
              [ 0.447,  1.342]], dtype=float32)
 
     Reference: Wu and He, "Group Normalization" (2018).

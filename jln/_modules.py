@@ -1174,7 +1174,3 @@ DIT_BLOCK = Kind(
 )
 KINDS = (LAYER_NORM, RMS_NORM, ADAPTIVE_LAYER_NORM, ADA_LN_ZERO, ADA_LN_CONTINUOUS, TRANSFORMER_ENCODER_LAYER,
          DIT_BLOCK)
-
-from jln._batch_modules import STATEFUL  # noqa: E402 (its kinds build on this module's records)
-
-KINDS = (*KINDS, *STATEFUL)

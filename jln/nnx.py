@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import jax
 from flax import nnx
 
+from jln import _batch_modules as B
 from jln import _modules as M
 
 Array = jax.Array
@@ -233,17 +234,17 @@ class DiTBlock(_Module, kind=M.DIT_BLOCK):
     pass
 
 
-class BatchNorm(_Module, kind=M.STATEFUL[0]):
+class BatchNorm(_Module, kind=B.BATCH_NORM):
     pass
 
 
-class InstanceNorm(_Module, kind=M.STATEFUL[1]):
+class InstanceNorm(_Module, kind=B.INSTANCE_NORM):
     pass
 
 
-class GroupNorm(_Module, kind=M.STATEFUL[2]):
+class GroupNorm(_Module, kind=B.GROUP_NORM):
     pass
 
 
-class FrozenBatchNorm(_Module, kind=M.STATEFUL[3]):
+class FrozenBatchNorm(_Module, kind=B.FROZEN_BATCH_NORM):
     pass

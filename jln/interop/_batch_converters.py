@@ -15,7 +15,17 @@ from typing import Any
 import jax.numpy as jnp
 
 from jln.interop._arrays import to_jax
-from jln.interop._converters import Converter, Layout, Params, Spec, _affine, _hf_norm, _param_dtype, _torch_nn, _unsupported
+from jln.interop._converters import (
+    Converter,
+    Layout,
+    Params,
+    Spec,
+    _affine,
+    _hf_norm,
+    _param_dtype,
+    _torch_nn,
+    _unsupported,
+)
 
 _BUFFERS = ("running_mean", "running_var")
 
