@@ -610,13 +610,7 @@ def find(m: Any) -> Converter | None:
     return None
 
 
-def _extend() -> None:
-    """Append the batch-statistics norms' converters and layouts (their own module)."""
-    global CONVERTERS
-    from jln.interop import _batch_converters
 
-    LAYOUTS.update(_batch_converters.LAYOUTS)
-    CONVERTERS = (*CONVERTERS, *_batch_converters.CONVERTERS)
-
-
-_extend()
+# the batch-statistics norms' converters and layouts live in their own module, which appends
+# them to CONVERTERS and LAYOUTS when imported (whichever of the two is imported first)
+import jln.interop._batch_converters  # noqa: E402, F401
