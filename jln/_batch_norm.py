@@ -35,6 +35,8 @@ def _channel_axis(fn: str, x: Any, channel_axis: Any, min_ndim: int = 2) -> int:
             f"{fn}: x must have a batch and a channel axis (rank >= {min_ndim}); received "
             f"x.shape={tuple(x.shape)}. Add a batch axis with x[None]."
         )
+    if isinstance(channel_axis, bool) or not isinstance(channel_axis, int):
+        raise TypeError(f"{fn}: `channel_axis` must be an int (1 for NCHW, -1 for NHWC); received {channel_axis!r}.")
     (c,) = _checks.normalize_axes(channel_axis, x.ndim, fn)
     if c == 0:
         raise ValueError(
