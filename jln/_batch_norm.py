@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jln import _args, _checks, _eager, _stats
 from jln._contract.batch_norm import BatchStatSpec, FrozenBatchNormSpec, RunningStatSpec
@@ -35,9 +36,9 @@ def _channel_axis(fn: str, x: Any, channel_axis: Any, min_ndim: int = 2) -> int:
             f"{fn}: x must have a batch and a channel axis (rank >= {min_ndim}); received "
             f"x.shape={tuple(x.shape)}. Add a batch axis with x[None]."
         )
-    if isinstance(channel_axis, bool) or not isinstance(channel_axis, int):
+    if isinstance(channel_axis, bool) or not isinstance(channel_axis, (int, np.integer)):
         raise TypeError(f"{fn}: `channel_axis` must be an int (1 for NCHW, -1 for NHWC); received {channel_axis!r}.")
-    (c,) = _checks.normalize_axes(channel_axis, x.ndim, fn)
+    (c,) = _checks.normalize_axes(int(channel_axis), x.ndim, fn)
     if c == 0:
         raise ValueError(
             f"{fn}: channel_axis must not be the batch axis 0; received channel_axis={channel_axis!r} "
