@@ -60,7 +60,7 @@ def _xla_only(fn: str, impl: str) -> None:
     _checks.check_choice(impl, "impl", ("auto", "xla", "native", "pallas"), fn)
     if impl in ("native", "pallas"):
         raise ValueError(
-            f"{fn}: impl={impl!r} is not available: jln has no {impl} kernels for the "
+            f"{fn}: impl={impl!r} is not available here: jln has no {impl} kernels for the "
             f"batch-statistics norms yet (they run on the XLA path). Use impl='auto' or 'xla'."
         )
 

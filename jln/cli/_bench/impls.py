@@ -115,6 +115,8 @@ def _flax(op: str, two_pass: bool) -> Callable[[dict[str, Any]], tuple[Any, ...]
         raise Skip(f"flax.linen has no {_convention(o)} RMSNorm convention")
     if o.family == "modulate":
         raise Skip("flax.linen has no modulate")
+    if o.family in _registry.BATCH_STATS:
+        raise Skip(f"flax's {o.family} differs from torch's (eps, momentum): torch times the reference")
     fast = not two_pass
 
     def ln(x: Any, scale: Any, bias: Any) -> Any:
@@ -137,6 +139,8 @@ def _jnp(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
     conv = _convention(o)
     if o.family in ("rms_norm", "add_rms_norm") and conv not in ("torch", "llama"):
         raise Skip(f"no textbook jnp version of the {conv} convention (torch times its reference)")
+    if o.family in _registry.BATCH_STATS:
+        raise Skip(f"no textbook jnp version of {o.family} (torch times its reference)")
 
     def row(p: Any, x: Any, dtype: Any) -> Any:
         return p.astype(dtype).reshape((1,) * (x.ndim - 1) + p.shape)
@@ -330,4 +334,6 @@ def torch_op(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
         return ada
     if o.family == "modulate":
         return lambda p: (_modulate(p["x"], p["shift"], p["scale_c"]),)
+    if o.family in _registry.BATCH_STATS:
+        return lambda p: o.call_torch(p)
     raise ValueError(op)
