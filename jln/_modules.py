@@ -1017,6 +1017,12 @@ FLAX_ARGS: dict[str, tuple[tuple[str, ...], str]] = {
     "promote_dtype": ((), "dtype= sets the compute dtype; drop it"),
     "scale_metadata": (("scale_init",), "wrap the initializer, e.g. flax.nnx.with_partitioning(init, axes)"),
     "bias_metadata": (("bias_init",), "wrap the initializer, e.g. flax.nnx.with_partitioning(init, axes)"),
+    "use_running_average": ((), "linen: pass use_running_average=True at the call; NNX: .eval() and .train(). "
+                                "Note jln's momentum is torch's: flax's momentum=0.99 is momentum=0.01 here"),
+    "axis": (("channel_axis",), "the channel axis: 1 for NCHW, -1 for NHWC"),
+    "use_scale": (("affine",), "one flag for the scale and the bias, as torch's"),
+    "use_bias": (("affine",), "one flag for the scale and the bias, as torch's"),
+    "group_size": (("num_groups",), "torch's GroupNorm takes the number of groups: num_channels // group_size"),
 }
 
 

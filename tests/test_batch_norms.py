@@ -358,6 +358,13 @@ def test_errors_say_what_to_do() -> None:
         jnnx.BatchNorm(3, momentum=1.5)
     with pytest.raises(ValueError, match="num_features=3"):
         jnnx.BatchNorm(3)(jnp.ones((2, 4)))
+    # flax's argument names say what jln (torch) calls them
+    with pytest.raises(TypeError, match=r"\.eval\(\) and \.train\(\).*momentum=0\.01"):
+        jnnx.BatchNorm(3, use_running_average=True)
+    with pytest.raises(TypeError, match="affine="):
+        jnn.BatchNorm(use_scale=False)
+    with pytest.raises(TypeError, match="channel_axis="):
+        jnn.InstanceNorm(axis=-1)
 
 
 _FROZEN_COPIES = ("conditional_detr.ConditionalDetr", "deformable_detr.DeformableDetr", "rt_detr.RTDetr",
