@@ -176,14 +176,15 @@ def apply_frozen_batch_norm(params: Any, x: Array, cfg: Any, *, state: dict[str,
 
 _STATE_DOC = (
     "Running statistics: linen keeps ``running_mean``, ``running_var`` and ``num_batches_tracked`` in the "
-    "``\"batch_stats\"`` collection and updates them when called in training mode (the default; "
-    "``use_running_average=True`` at the call is eval mode) with ``mutable=[\"batch_stats\"]``, not at "
-    "``init``; NNX keeps them as ``nnx.BatchStat`` and updates them in training mode (the default, or "
-    "after ``.train()``; ``.eval()`` normalizes with them)."
+    "``\"batch_stats\"`` collection: ``apply(variables, x, mutable=[\"batch_stats\"])`` is a training "
+    "step (batch statistics; returns ``(y, updates)``), ``apply(variables, x)`` is torch's eval mode "
+    "(running statistics); ``use_running_average=True``/``False`` at the call forces either; ``init`` "
+    "leaves them as initialised. NNX keeps them as ``nnx.BatchStat`` and updates them in training mode "
+    "(the default, as a fresh torch module, or after ``.train()``; ``.eval()`` normalizes with them)."
 )
 _RAISES = ("TypeError, ValueError: bad options (``momentum`` outside [0, 1], ``impl`` ``\"native\"``/"
-           "``\"pallas\"``), an input whose channels differ from the module's, and (linen) a training call "
-           "without ``mutable=[\"batch_stats\"]``; as the function otherwise.")
+           "``\"pallas\"``), an input whose channels differ from the module's, and (linen) "
+           "``use_running_average=False`` without ``mutable=[\"batch_stats\"]``; as the function otherwise.")
 _CALL = (("use_running_average", None),)
 
 BATCH_NORM = M.Kind(

@@ -104,8 +104,10 @@ def _forward_stateful(
     module: _Module, kind: M.Kind, cfg: Any, params: Any, inputs: list[Any], shapes: list[Any],
     call: dict[str, Any], fn: str,
 ) -> Any:
-    """A kind with running statistics (``jln._batch_modules``): they live in ``"batch_stats"``;
-    a training call (``use_running_average`` not True) updates them unless initializing."""
+    """A kind with running statistics (``jln._batch_modules``): they live in ``"batch_stats"``.
+    ``use_running_average=None`` trains where they may change (``mutable=["batch_stats"]``, or
+    at ``init``, which leaves them as initialised) and normalizes with them otherwise (torch's
+    eval mode); ``True``/``False`` force either (``False`` needs them mutable)."""
     assert kind.state is not None
     specs = kind.state(cfg, *shapes)
     variables = {
@@ -115,15 +117,18 @@ def _forward_stateful(
         )
         for name, spec in specs.items()
     }
-    training = not call.pop("use_running_average", None)
+    use_running_average = call.pop("use_running_average", None)
+    mutable = module.is_mutable_collection("batch_stats")
+    training = mutable if use_running_average is None else not use_running_average
     (out, new), stats = kind.apply(params, *inputs, cfg, state={n: v.value for n, v in variables.items()},
                                    training=training)
     if new is not None and not module.is_initializing():
-        if not module.is_mutable_collection("batch_stats"):
+        if not mutable:
             raise ValueError(
-                f"{fn}: a training call updates the running statistics, so `batch_stats` must be "
-                f"mutable: call apply(variables, x, mutable=['batch_stats']) (it returns (y, updates)), "
-                f"or pass use_running_average=True for eval mode."
+                f"{fn}: use_running_average=False is a training call, which updates the running "
+                f"statistics, so `batch_stats` must be mutable: call apply(variables, x, "
+                f"mutable=['batch_stats']) (it returns (y, updates)); without it (and "
+                f"use_running_average=None) the module normalizes with the running statistics."
             )
         for name, v in variables.items():
             v.value = new[name]

@@ -332,8 +332,9 @@ def test_linen_and_nnx_agree_with_torch_after_steps() -> None:
     ye = lm.apply(variables, x, use_running_average=True)
     np.testing.assert_array_equal(np.asarray(ye), np.asarray(nm(x)))
     assert np.abs(np.asarray(ye) - _np(tm(_t(x)))).max() < 4e-6
+    np.testing.assert_array_equal(np.asarray(lm.apply(variables, x)), np.asarray(ye))  # not mutable: eval
     with pytest.raises(ValueError, match="mutable"):
-        lm.apply(variables, x)
+        lm.apply(variables, x, use_running_average=False)
 
 
 def test_errors_say_what_to_do() -> None:
