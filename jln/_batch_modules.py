@@ -169,7 +169,7 @@ def apply_group_norm(params: Any, x: Array, cfg: Any, *, state: dict[str, Any], 
 
 def apply_frozen_batch_norm(params: Any, x: Array, cfg: Any, *, state: dict[str, Any], training: bool) -> Any:
     """``jln.frozen_batch_norm`` (nothing is updated)."""
-    y = frozen_batch_norm(x, state["running_mean"], state["running_var"], params["scale"], params["bias"],
+    y = frozen_batch_norm(x, state["running_mean"], state["running_var"], state["scale"], state["bias"],
                           eps=cfg.eps, channel_axis=cfg.channel_axis)
     return (y, None), None
 
@@ -230,14 +230,15 @@ GROUP_NORM = dataclasses.replace(
 )
 FROZEN_BATCH_NORM = dataclasses.replace(
     BATCH_NORM, name="FrozenBatchNorm", config=FrozenBatchNormConfig,
-    specs=lambda cfg, n: {"scale": M.ParamSpec((n,), M.ones), "bias": M.ParamSpec((n,), M.zeros)},
-    apply=apply_frozen_batch_norm, call_options=(),
-    state=lambda cfg, n: {"running_mean": StateSpec((n,), M.zeros), "running_var": StateSpec((n,), M.ones)},
+    specs=lambda cfg, n: {}, apply=apply_frozen_batch_norm, call_options=(),
+    state=lambda cfg, n: {"scale": StateSpec((n,), M.ones), "bias": StateSpec((n,), M.zeros),
+                          "running_mean": StateSpec((n,), M.zeros), "running_var": StateSpec((n,), M.ones)},
     doc="The DETR family's ``FrozenBatchNorm2d`` (transformers ``DetrFrozenBatchNorm2d`` and its "
         "copies): fixed statistics and affine, torch's rounding order ``x * s + (b - mean * s)``, "
-        "``s = w * rsqrt(var + eps)``.\n\nCalls :func:`jln.frozen_batch_norm`. ``scale``/``bias`` are "
-        "parameters (torch's ``weight``/``bias`` buffers), ``running_mean``/``running_var`` live in "
-        "``batch_stats`` (never updated).",
+        "``s = w * rsqrt(var + eps)``.\n\nCalls :func:`jln.frozen_batch_norm`. All four are buffers in "
+        "torch, so here they are state, never trained nor updated: ``scale`` (torch's ``weight``), "
+        "``bias``, ``running_mean`` and ``running_var`` in linen's ``\"batch_stats\"`` collection, as "
+        "``nnx.BatchStat`` in NNX (an optimizer over ``nnx.Param`` leaves them frozen).",
     returns="(``__call__(x)``): array of ``x.shape``, dtype promoted from ``x``'s and the buffers' "
             "(bfloat16 ``x`` with float32 buffers: float32, as torch).",
     raises="TypeError, ValueError: an input whose channels differ from the module's.",

@@ -80,14 +80,14 @@ def _conv_group_norm(m: Any, fn: str) -> tuple[Spec, Params]:
 
 
 def _conv_frozen(m: Any, fn: str) -> tuple[Spec, Params]:
-    p = {"scale": to_jax(m.weight, "weight", fn), "bias": to_jax(m.bias, "bias", fn)}
-    stats = _stats(m, fn, counter=False)
-    dtypes = {str(v.dtype) for v in (*p.values(), *stats.values())}
+    p: Params = {}  # torch's four buffers are state here too, never trained
+    stats = {"scale": to_jax(m.weight, "weight", fn), "bias": to_jax(m.bias, "bias", fn), **_stats(m, fn, counter=False)}
+    dtypes = {str(v.dtype) for v in stats.values()}
     if len(dtypes) != 1:
         raise _unsupported(m, fn, f"its four buffers have different dtypes {sorted(dtypes)}",
                            "Cast the module to one dtype first (module.float()).")
     # the 1e-5 is the constant in DetrFrozenBatchNorm2d.forward (whose code the recogniser checked)
-    opts = dict(eps=1e-5, param_dtype=_param_dtype(p))
+    opts = dict(eps=1e-5, param_dtype=_param_dtype(stats))
     return Spec("FrozenBatchNorm", {}, (int(m.weight.shape[0]),), opts, collections=True), {"params": p, "batch_stats": stats}
 
 
