@@ -481,3 +481,44 @@ def test_nnx_step_under_jit_updates_batch_stats() -> None:
     tm(_t(np.asarray(x)))
     tm(_t(np.asarray(x)))
     np.testing.assert_allclose(np.asarray(m.running_var[...]), _np(tm.running_var), rtol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d", "InstanceNorm2d"])
+@pytest.mark.parametrize("momentum", [0.1, 0.3, None])
+@pytest.mark.parametrize("affine,track", [(True, True), (False, True), (True, False)])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_module_grid_training_then_eval_matches_torch(cls: str, momentum: float | None, affine: bool, track: bool,
+                                                      channels_last: bool) -> None:
+    """linen and NNX against the torch module: 3 training steps then eval, every option."""
+    ndim = {"1": 3, "2": 4, "3": 5}[cls[-2]]
+    shape = (4, 3, 5, 4, 3)[:ndim]
+    tm = getattr(torch.nn, cls)(3, momentum=momentum, affine=affine, track_running_stats=track)
+    name = "BatchNorm" if cls.startswith("Batch") else "InstanceNorm"
+    ca = -1 if channels_last else 1
+    lm = getattr(jnn, name)(momentum=momentum, affine=affine, track_running_stats=track, channel_axis=ca)
+    nm = getattr(jnnx, name)(3, momentum=momentum, affine=affine, track_running_stats=track, channel_axis=ca)
+
+    def jx(x):
+        return jnp.moveaxis(jnp.asarray(x), 1, -1) if channels_last else jnp.asarray(x)
+
+    def back(y):
+        return np.asarray(jnp.moveaxis(y, -1, 1) if channels_last else y)
+
+    variables = lm.init(jax.random.key(0), jx(_x(shape)))
+    for step in range(3):
+        x = _x(shape, seed=step)
+        yt = _np(tm(_t(x)))
+        yl, upd = lm.apply(variables, jx(x), mutable=["batch_stats"])
+        variables = {**variables, **upd}
+        yn = nm(jx(x))
+        assert np.abs(back(yl) - yt).max() < 4e-6 and np.abs(back(yn) - yt).max() < 4e-6
+    for k, v in variables.get("batch_stats", {}).items():
+        np.testing.assert_allclose(np.asarray(v), _np(getattr(tm, k)), rtol=2e-6, atol=1e-7)
+        np.testing.assert_array_equal(np.asarray(v), np.asarray(getattr(nm, k)[...]))
+    tm.eval()
+    nm.eval()
+    x = _x(shape, seed=9)
+    yt = _np(tm(_t(x)))
+    assert np.abs(back(lm.apply(variables, jx(x))) - yt).max() < 4e-6
+    assert np.abs(back(nm(jx(x))) - yt).max() < 4e-6
