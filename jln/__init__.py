@@ -9,6 +9,11 @@ from jln._adaptive import ORDERS as ORDERS
 from jln._adaptive import adaptive_layer_norm as adaptive_layer_norm
 from jln._adaptive import modulate as modulate
 from jln._adaptive import split_condition as split_condition
+from jln._batch_norm import RunningStats as RunningStats
+from jln._batch_norm import batch_norm as batch_norm
+from jln._batch_norm import frozen_batch_norm as frozen_batch_norm
+from jln._batch_norm import group_norm as group_norm
+from jln._batch_norm import instance_norm as instance_norm
 from jln._distributed import shard_chunks as shard_chunks
 from jln._gated import GATED_CONVENTIONS as GATED_CONVENTIONS
 from jln._gated import gated_rms_norm as gated_rms_norm
@@ -33,4 +38,9 @@ __all__ = [
     "split_condition",
     "GATED_CONVENTIONS",
     "gated_rms_norm",
+    "RunningStats",
+    "batch_norm",
+    "frozen_batch_norm",
+    "group_norm",
+    "instance_norm",
 ]

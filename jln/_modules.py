@@ -1026,6 +1026,10 @@ class Kind:
     call_options: tuple[tuple[str, Any], ...] = ()  # (name, default), after the inputs
     dropout: bool = False
     flax_twin: bool = False  # flax has a module of this name (jln.flax.<api>.<name>)
+    #: running statistics (``jln._batch_modules``): ``state(cfg, *shapes)`` gives their specs;
+    #: ``apply(params, *inputs, cfg, state=..., training=...)`` then returns
+    #: ``((out, new_state or None), stats)``
+    state: Callable[..., dict[str, Any]] | None = None
 
     @property
     def options(self) -> tuple[dataclasses.Field[Any], ...]:
@@ -1064,6 +1068,12 @@ FLAX_ARGS: dict[str, tuple[tuple[str, ...], str]] = {
     "promote_dtype": ((), "dtype= sets the compute dtype; drop it"),
     "scale_metadata": (("scale_init",), "wrap the initializer, e.g. flax.nnx.with_partitioning(init, axes)"),
     "bias_metadata": (("bias_init",), "wrap the initializer, e.g. flax.nnx.with_partitioning(init, axes)"),
+    "use_running_average": ((), "linen: pass use_running_average=True at the call; NNX: .eval() and .train(). "
+                                "Note jln's momentum is torch's: flax's momentum=0.99 is momentum=0.01 here"),
+    "axis": (("channel_axis",), "the channel axis: 1 for NCHW, -1 for NHWC"),
+    "use_scale": (("affine",), "one flag for the scale and the bias, as torch's"),
+    "use_bias": (("affine",), "one flag for the scale and the bias, as torch's"),
+    "group_size": (("num_groups",), "torch's GroupNorm takes the number of groups: num_channels // group_size"),
 }
 
 

@@ -140,3 +140,21 @@ def gated_rms_norm(x: Tensor, gate: Tensor | None = None, scale: Tensor | None =
         h = h * act(gate.to(sd))
     out = torch.promote_types(dt, scale.dtype) if convention == "mamba" and scale is not None else dt
     return h.to(out)
+
+
+def batch_norm(x: Tensor, scale: Tensor | None = None, bias: Tensor | None = None, *, eps: float = 1e-5,
+               training: bool = True, channel_axis: int = 1) -> Tensor:
+    """``torch.nn.functional.batch_norm`` on batch statistics (no running statistics), the
+    channels at ``channel_axis`` (moved to torch's axis 1 and back)."""
+    torch = _torch()
+    assert training, "the reference takes batch statistics"
+    xt = x.movedim(channel_axis, 1)
+    return torch.nn.functional.batch_norm(xt, None, None, scale, bias, True, 0.1, eps).movedim(1, channel_axis)
+
+
+def group_norm(x: Tensor, scale: Tensor | None = None, bias: Tensor | None = None, *, num_groups: int,
+               eps: float = 1e-5, channel_axis: int = 1) -> Tensor:
+    """``torch.nn.functional.group_norm``, the channels at ``channel_axis``."""
+    torch = _torch()
+    xt = x.movedim(channel_axis, 1)
+    return torch.nn.functional.group_norm(xt, num_groups, scale, bias, eps).movedim(1, channel_axis)

@@ -16,6 +16,9 @@ import numpy as np
 import jln
 from jln import _reference
 
+#: families computed with batch statistics (no kernels: impl "auto"/"xla" only)
+BATCH_STATS = ("batch_norm", "group_norm")
+
 #: dtypes swept by default
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 
@@ -89,7 +92,9 @@ class Op:
         if x.size == 0:
             return 0.0
         axes = tuple(range(x.ndim - k, x.ndim))
-        centered = self.family in ("layer_norm", "add_layer_norm", "adaptive_layer_norm")
+        if self.family in BATCH_STATS:  # statistics over the rows (BatchNorm) or each sample's row
+            axes = tuple(range(x.ndim - 1)) if self.family == "batch_norm" else tuple(range(1, x.ndim))
+        centered = self.family in ("layer_norm", "add_layer_norm", "adaptive_layer_norm", *BATCH_STATS)
         spread = x.var(axis=axes) if centered else (x * x).mean(axis=axes)
         eps = self.options.get("eps") or (1e-5 if centered else 1e-7)
         rstd = float(np.max(1.0 / np.sqrt(spread + eps)))
@@ -104,8 +109,12 @@ class Op:
         opts = {**self.options, **overrides}
         if self.family == "modulate":
             return (jln.modulate(a["x"], a["shift"], a["scale_c"], **opts),)
-        opts["axis"] = -1 if k == 1 else tuple(range(-k, 0))
         params = [a.get(p) for p in self.params]
+        if self.family == "batch_norm":  # batch statistics; the channels last (one per column)
+            return (jln.batch_norm(a["x"], None, None, *params, **opts)[0],)
+        if self.family == "group_norm":
+            return (jln.group_norm(a["x"], opts.pop("num_groups"), *params, **opts),)
+        opts["axis"] = -1 if k == 1 else tuple(range(-k, 0))
         if self.family == "layer_norm":
             return (jln.layer_norm(a["x"], *params, **opts),)
         if self.family == "rms_norm":
@@ -135,6 +144,10 @@ class Op:
         if self.family in ("add_layer_norm", "add_rms_norm"):
             norm = self.family[4:]
             return _reference.add_norm(t["x"], t["residual"], *params, norm=norm, k=k, **o)
+        if self.family == "batch_norm":
+            return (_reference.batch_norm(t["x"], *params, **o),)
+        if self.family == "group_norm":
+            return (_reference.group_norm(t["x"], *params, **o),)
         if self.family == "adaptive_layer_norm":
             order = jln.ORDERS[o.pop("order")]
             return (_reference.adaptive_layer_norm(t["x"], t["emb"], *params, order=order, **o),)
@@ -177,6 +190,9 @@ OPS: tuple[Op, ...] = (
     Op("add_rms_norm[llama]", "add_rms_norm", params=("scale",), extra=("residual",), options={"convention": "llama", "eps": 1e-6}, exact=True),
     *(Op(f"gated_rms_norm[{conv}]", "gated_rms_norm", params=("scale",), extra=("gate",), options={"convention": conv}, exact=True)
       for conv in ("mamba", "qwen3_next", "float32")),
+    # batch statistics, the channels last: x [rows, D] is a batch of rows with D channels
+    Op("batch_norm", "batch_norm", options={"training": True, "channel_axis": -1}, multi_axis=False),
+    Op("group_norm[1]", "group_norm", options={"num_groups": 1, "channel_axis": -1}, multi_axis=False),
 )
 
 BY_NAME: dict[str, Op] = {op.name: op for op in OPS}

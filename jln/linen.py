@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import flax.linen as nn
 import jax
 
+from jln import _batch_modules as B
 from jln import _modules as M
 
 Array = jax.Array
@@ -32,6 +33,10 @@ __all__ = [
     "RMSNorm",
     "TransformerEncoderLayer",
     "GatedRMSNorm",
+    "BatchNorm",
+    "FrozenBatchNorm",
+    "GroupNorm",
+    "InstanceNorm",
 ]
 
 
@@ -89,7 +94,45 @@ def _forward(module: _Module, sig: inspect.Signature, args: tuple[Any, ...], kwa
     if kind.dropout:
         on = not deterministic and cfg.dropout > 0
         call["dropout_fn"] = nn.Dropout(rate=cfg.dropout, deterministic=False, name="dropout_layer") if on else None
+    if kind.state is not None:
+        return _forward_stateful(module, kind, cfg, params, inputs, shapes, call, fn)
     out, stats = kind.apply(params, *inputs, cfg, **call)
+    _sow(module, stats)
+    return out
+
+
+def _forward_stateful(
+    module: _Module, kind: M.Kind, cfg: Any, params: Any, inputs: list[Any], shapes: list[Any],
+    call: dict[str, Any], fn: str,
+) -> Any:
+    """A kind with running statistics (``jln._batch_modules``): they live in ``"batch_stats"``.
+    ``use_running_average=None`` trains where they may change (``mutable=["batch_stats"]``, or
+    at ``init``, which leaves them as initialised) and normalizes with them otherwise (torch's
+    eval mode); ``True``/``False`` force either (``False`` needs them mutable)."""
+    assert kind.state is not None
+    specs = kind.state(cfg, *shapes)
+    variables = {
+        name: module.variable(
+            "batch_stats", name,
+            lambda s=spec: s.init(None, s.shape, cfg.param_dtype if s.dtype is None else s.dtype),
+        )
+        for name, spec in specs.items()
+    }
+    use_running_average = call.pop("use_running_average", None)
+    mutable = module.is_mutable_collection("batch_stats")
+    training = mutable if use_running_average is None else not use_running_average
+    (out, new), stats = kind.apply(params, *inputs, cfg, state={n: v.value for n, v in variables.items()},
+                                   training=training)
+    if new is not None and not module.is_initializing():
+        if not mutable:
+            raise ValueError(
+                f"{fn}: use_running_average=False is a training call, which updates the running "
+                f"statistics, so `batch_stats` must be mutable: call apply(variables, x, "
+                f"mutable=['batch_stats']) (it returns (y, updates)); without it (and "
+                f"use_running_average=None) the module normalizes with the running statistics."
+            )
+        for name, v in variables.items():
+            v.value = new[name]
     _sow(module, stats)
     return out
 
@@ -161,4 +204,20 @@ class DiTBlock(_Module, kind=M.DIT_BLOCK):
 
 
 class GatedRMSNorm(_Module, kind=M.GATED_RMS_NORM):
+    pass
+
+
+class BatchNorm(_Module, kind=B.BATCH_NORM):
+    pass
+
+
+class InstanceNorm(_Module, kind=B.INSTANCE_NORM):
+    pass
+
+
+class GroupNorm(_Module, kind=B.GROUP_NORM):
+    pass
+
+
+class FrozenBatchNorm(_Module, kind=B.FROZEN_BATCH_NORM):
     pass

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import jax
 from flax import nnx
 
+from jln import _batch_modules as B
 from jln import _modules as M
 
 Array = jax.Array
@@ -31,6 +32,10 @@ __all__ = [
     "RMSNorm",
     "TransformerEncoderLayer",
     "GatedRMSNorm",
+    "BatchNorm",
+    "FrozenBatchNorm",
+    "GroupNorm",
+    "InstanceNorm",
 ]
 
 
@@ -125,6 +130,8 @@ class _Module(nnx.Module):
     cfg: Any
     _layout: Layout
     dropout_layer: nnx.Dropout
+    _state_names: tuple[str, ...]
+    use_running_average: bool
 
     def __init_subclass__(cls, kind: M.Kind | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -165,6 +172,12 @@ def _build(module: _Module, args: dict[str, Any]) -> None:
     specs = kind.specs(module.cfg, *shapes)
     module._layout = _layout(specs)
     _create(module, specs, module.cfg.param_dtype, rngs, fn)
+    if kind.state is not None:
+        module._state_names = tuple(kind.state(module.cfg, *shapes))
+        for name, spec in kind.state(module.cfg, *shapes).items():
+            dtype = module.cfg.param_dtype if spec.dtype is None else spec.dtype
+            setattr(module, name, nnx.BatchStat(spec.init(None, spec.shape, dtype)))
+        module.use_running_average = False  # a fresh torch module is in training mode
     if kind.dropout:
         if rngs is None:
             raise TypeError(f"{fn}: pass rngs=nnx.Rngs(0) (parameter init and the dropout stream).")
@@ -180,6 +193,15 @@ def _forward(module: _Module, call: dict[str, Any]) -> Any:
     if kind.dropout:
         layer = module.dropout_layer
         call["dropout_fn"] = None if layer.deterministic or cfg.dropout == 0 else layer
+    if kind.state is not None:
+        eval_mode = call.pop("use_running_average", None)
+        training = not (module.use_running_average if eval_mode is None else eval_mode)
+        state = {n: getattr(module, n)[...] for n in module._state_names}
+        (out, new), stats = kind.apply(_values(module, module._layout), *inputs, cfg, state=state, training=training)
+        for name, value in (new or {}).items():
+            getattr(module, name).value = value
+        _sow(module, stats)
+        return out
     out, stats = kind.apply(_values(module, module._layout), *inputs, cfg, **call)
     _sow(module, stats)
     return out
@@ -214,4 +236,20 @@ class DiTBlock(_Module, kind=M.DIT_BLOCK):
 
 
 class GatedRMSNorm(_Module, kind=M.GATED_RMS_NORM):
+    pass
+
+
+class BatchNorm(_Module, kind=B.BATCH_NORM):
+    pass
+
+
+class InstanceNorm(_Module, kind=B.INSTANCE_NORM):
+    pass
+
+
+class GroupNorm(_Module, kind=B.GROUP_NORM):
+    pass
+
+
+class FrozenBatchNorm(_Module, kind=B.FROZEN_BATCH_NORM):
     pass

@@ -146,9 +146,16 @@ def from_torch(module: Any, *, api: str = "linen") -> Any:
         )
     spec, params = conv.convert(module, fn)
     jmod = _build(spec, api)
+    variables = params if spec.collections else {"params": params}
     if api == "linen":
-        return jmod, {"params": params}
-    return _load_nnx(jmod, params, fn)
+        return jmod, variables
+    if spec.collections:  # the running statistics: nnx.BatchStat, as the parameters
+        from flax import nnx
+
+        stats = nnx.state(jmod, nnx.BatchStat)
+        nnx.replace_by_pure_dict(stats, variables.get("batch_stats", {}))
+        nnx.update(jmod, stats)
+    return _load_nnx(jmod, variables["params"], fn)
 
 
 def _layout_of(module: Any, fn: str) -> Any:
@@ -200,6 +207,9 @@ def _expected_shapes(module: Any, layout: Any, flat: Mapping[str, Any]) -> dict[
     if cls == "Dense":
         return _spec_shapes(M.dense_specs(size("kernel", 0), int(module.features), use_bias=bool(module.use_bias)))
     cfg = module.cfg  # the options, the same way on every jln module
+    if cls in ("BatchNorm", "InstanceNorm", "GroupNorm", "FrozenBatchNorm"):
+        kind = type(module)._kind
+        return _spec_shapes(kind.specs(cfg) if cls == "GroupNorm" else kind.specs(cfg, size("scale", 0)))
     if cls in ("LayerNorm", "RMSNorm", "GatedRMSNorm"):
         n_axes = 1 if isinstance(cfg.axis, int) else len(cfg.axis)
         given = next((tuple(flat[k].shape) for k in ("scale", "bias") if k in flat), None)
@@ -289,12 +299,14 @@ def to_torch_state_dict(variables: Any, module: Any = None) -> dict[str, Any]:
             )
         module = variables
         params: Mapping[str, Any] = nnx.to_pure_dict(nnx.state(module, nnx.Param))
+        stats: Mapping[str, Any] = nnx.to_pure_dict(nnx.state(module, nnx.BatchStat))
     else:
         if not isinstance(variables, Mapping):
             raise TypeError(
                 f"{fn}: `variables` must be a dict; received {type(variables).__name__}."
             )
         params = variables["params"] if "params" in variables else variables
+        stats = variables.get("batch_stats", {}) if "params" in variables else {}
     layout = _layout_of(module, fn)
     if not isinstance(params, Mapping):
         raise TypeError(f"{fn}: the parameters must be a dict tree; received {type(params).__name__}.")
@@ -302,7 +314,7 @@ def to_torch_state_dict(variables: Any, module: Any = None) -> dict[str, Any]:
 
     if isinstance(module, flax.linen.Module):  # (an nnx module's parameters are its own)
         _check_tree(module, layout, params, fn)
-    arrays = layout.to_state_dict(params)
+    arrays = layout.to_state_dict({**params, **stats} if stats else params)  # (running statistics)
     return {k: _arrays.to_torch(v, k, fn) for k, v in arrays.items()}
 
 

@@ -54,6 +54,8 @@ def to_torch(a: Any, name: str, fn: str) -> Any:
     arr = np.asarray(jax.device_get(a))
     if arr.dtype == jnp.bfloat16:
         return torch.from_numpy(arr.astype(np.float32)).to(torch.bfloat16)
+    if np.issubdtype(arr.dtype, np.integer) and arr.ndim == 0:  # a counter (num_batches_tracked)
+        return torch.tensor(int(arr), dtype=torch.int64)
     if not np.issubdtype(arr.dtype, np.floating):
         raise TypeError(f"{fn}: parameter `{name}` has non-floating dtype {arr.dtype}.")
     return torch.from_numpy(np.array(arr, copy=True))

@@ -45,6 +45,8 @@ class Spec:
     options: dict[str, Any]
     namespace: str = "jln"  # "flax" for plain Dense / nnx.Linear
     nnx_cls: str | None = None
+    #: the converter returns whole variables (``{"params": ..., "batch_stats": ...}``)
+    collections: bool = False
 
 
 @dataclass(frozen=True)
@@ -679,3 +681,9 @@ def find(m: Any) -> Converter | None:
         if c.recognise(m):
             return c
     return None
+
+
+
+# the batch-statistics norms' converters and layouts live in their own module, which appends
+# them to CONVERTERS and LAYOUTS when imported (whichever of the two is imported first)
+import jln.interop._batch_converters  # noqa: E402, F401

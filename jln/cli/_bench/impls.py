@@ -117,6 +117,8 @@ def _flax(op: str, two_pass: bool) -> Callable[[dict[str, Any]], tuple[Any, ...]
         raise Skip("flax.linen has no modulate")
     if o.family == "gated_rms_norm":
         raise Skip("flax.linen has no gated RMSNorm")
+    if o.family in _registry.BATCH_STATS:
+        raise Skip(f"flax's {o.family} differs from torch's (eps, momentum): torch times the reference")
     fast = not two_pass
 
     def ln(x: Any, scale: Any, bias: Any) -> Any:
@@ -141,6 +143,8 @@ def _jnp(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
         raise Skip(f"no textbook jnp version of the {conv} convention (torch times its reference)")
     if o.family == "gated_rms_norm":
         raise Skip("no textbook jnp version of the gated RMSNorm (torch times its reference)")
+    if o.family in _registry.BATCH_STATS:
+        raise Skip(f"no textbook jnp version of {o.family} (torch times its reference)")
 
     def row(p: Any, x: Any, dtype: Any) -> Any:
         return p.astype(dtype).reshape((1,) * (x.ndim - 1) + p.shape)
@@ -336,4 +340,6 @@ def torch_op(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
         return lambda p: (_modulate(p["x"], p["shift"], p["scale_c"]),)
     if o.family == "gated_rms_norm":
         return lambda p: (_reference.gated_rms_norm(p["x"], p["gate"], p["scale"], eps=eps, convention=conv),)
+    if o.family in _registry.BATCH_STATS:
+        return lambda p: o.call_torch(p)
     raise ValueError(op)

@@ -1,0 +1,196 @@
+"""The batch-statistics norms' contract (BatchNorm, InstanceNorm, GroupNorm, FrozenBatchNorm2d):
+their specs, formulas and dtype rules, in torch's semantics.
+
+One formula serves the three families that normalize with statistics of the batch: ``x`` laid
+out so that the statistics are taken over ``axes`` (BatchNorm: every axis but the channels;
+InstanceNorm: the spatial axes; GroupNorm: a group's channels and the spatial axes, after the
+channel axis is split into ``(groups, channels per group)``), the statistics from
+:func:`jln._stats.centered` (the corrected two-pass algorithm, global across ``axis_name``), and
+a per-channel affine. What differs from torch's eager kernels is stated where it is written:
+
+* bfloat16/float16 ``x`` whose parameters (and running statistics) are of its own dtype, or
+  absent: torch's CPU BatchNorm rounds the batch mean and ``1/sqrt(var + eps)`` to that dtype
+  before normalizing, and for bfloat16 the sum of squared deviations too
+  (:meth:`BatchStatSpec._rounded_stats`; *measured*: so rounded jln matches torch 2.13 bit for
+  bit; computed in float32 and rounded once, ~35% of elements differ). With float32 parameters
+  (torch's mixed-dtype path) the statistics stay float32 and the output is rounded once.
+  GroupNorm always keeps them in float32. ``stat_round`` carries that dtype (``None``: none).
+* The derivative is that of the float32 computation (the rounding of the statistics is a
+  forward-only detail: torch's backward differentiates its saved statistics the same way).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jln import _stats
+from jln._contract import NormSpec
+
+Array = jax.Array
+
+
+@jax.custom_jvp
+def forward_as(value: Array, like: Array) -> Array:
+    """``value``, differentiated as ``like`` (two computations of the same quantity: one rounded
+    as torch's forward rounds, one whose derivative is the float32 formula's)."""
+    return value
+
+
+@forward_as.defjvp
+def _forward_as_jvp(primals: tuple[Array, Array], tangents: tuple[Array, Array]) -> tuple[Array, Array]:
+    return primals[0], tangents[1]
+
+
+def _inv_sqrt(v: Array) -> Array:
+    """``1 / sqrt(v)`` with two correctly rounded steps, as torch's CPU ``rsqrt`` and its
+    BatchNorm kernels compute it (*measured*: equal on 100% of 1e5 float32 values, where XLA's
+    ``rsqrt`` differs in the last bit on ~34%)."""
+    return 1 / _unfused(lax.sqrt(v))  # (jitted, XLA would rewrite 1 / sqrt(v) as rsqrt(v))
+
+
+def _unfused(p: Array) -> Array:
+    """``p``, computed and rounded on its own as torch's separate ops do: XLA's CPU backend
+    contracts ``a * b + c`` into one fused multiply-add and rewrites ``1 / sqrt(v)`` as
+    ``rsqrt(v)`` (*measured*: each 1 ulp off torch on many elements of a FrozenBatchNorm2d;
+    ``optimization_barrier`` and ``reduce_precision`` are simplified away). An integer round trip of the bits, xor'ed with
+    a zero the compiler cannot fold (``p != p``: 0 unless NaN, which stays NaN), keeps the two
+    ops apart; the derivative is ``p``'s."""
+    bits_t = jnp.uint32 if p.dtype == jnp.float32 else jnp.uint64 if p.dtype == jnp.float64 else None
+    if bits_t is None:
+        return p
+    bits = lax.bitcast_convert_type(lax.stop_gradient(p), bits_t) ^ (p != p).astype(bits_t)
+    return forward_as(lax.bitcast_convert_type(bits, p.dtype), p)
+
+
+def _affine(y: Array, scale: Array | None, bias: Array | None) -> Array:
+    if scale is not None:
+        y = y * scale.astype(y.dtype)
+    if bias is not None:
+        y = y + bias.astype(y.dtype)
+    return y
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BatchStatSpec(NormSpec):
+    """Normalization with the statistics of ``x`` over ``axes``:
+    ``y = (x - mean) / sqrt(var + eps) * scale + bias`` (biased variance), rounded once to
+    ``out_dtype``; the formula also returns ``(mean, var)`` (keepdims, statistics dtype, outside
+    autodiff) for the running statistics. ``stat_round``: the dtype torch rounds ``mean`` and
+    ``rstd`` to before use (see the module docstring), or ``None``."""
+
+    out_dtype: Any
+    stat_round: Any = None
+
+    op = "batch_stats"
+    operands = ("scale", "bias")
+    centered = True
+
+    @property
+    def result_dtype(self) -> jnp.dtype:
+        return jnp.dtype(self.out_dtype)
+
+    def formula(self, x: Array, *operands: Array | None) -> Any:  # type: ignore[override]
+        scale, bias = (*operands, None, None)[:2]
+        x32 = _stats.upcast(x)
+        groups = self.axis_index_groups
+        mean, d, var = _stats.centered(x32, self.axes, self.axis_name, groups)
+        h = _stats.normalized(x32, self.axes, self.eps, (d, var), self.axis_name, groups)
+        if self.stat_round is not None:
+            h = forward_as(self._rounded_stats(x32, lax.stop_gradient(mean), lax.stop_gradient(var)), h)
+        y = _affine(h, scale, bias).astype(self.out_dtype)
+        return y, lax.stop_gradient(mean), lax.stop_gradient(var)
+
+    def _rounded_stats(self, x32: Array, mean: Array, var: Array) -> Array:
+        """``(x - mean) * rstd`` with torch's CPU rounding of its statistics (*measured*, torch
+        2.13, bit-exact on every shape tried): the mean and rstd are rounded to the half dtype;
+        for bfloat16 also the sum of squared deviations ``n * var`` before ``rstd =
+        1/sqrt(sum / n + eps)`` (float16 keeps that sum in float32)."""
+        dt = jnp.dtype(self.stat_round)
+        n = _stats.count(x32.shape, self.axes, self.axis_name, self.axis_index_groups)
+        if dt == jnp.bfloat16:
+            var = _stats.round_to(var * n, dt) / n
+        m_r = _stats.round_to(mean, dt)
+        r_r = _stats.round_to(_inv_sqrt(var + self.eps), dt)
+        return (x32 - m_r) * r_r
+
+    def tail(self, y: Array, *operands: Array | None) -> Array:
+        return _affine(y, *(*operands, None, None)[:2]).astype(self.out_dtype)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunningStatSpec(NormSpec):
+    """Normalization with given statistics (BatchNorm in eval mode):
+    ``y = (x - running_mean) / sqrt(running_var + eps) * scale + bias`` in the statistics dtype,
+    rounded once to ``out_dtype`` (torch's CPU kernel, *measured* bit-exact for bfloat16 and
+    float16 with parameters of either dtype). ``axes`` are the axes the statistics were taken
+    over (where the operands have size 1)."""
+
+    out_dtype: Any
+
+    op = "running_stats"
+    operands = ("scale", "bias", "running_mean", "running_var")
+    centered = True
+
+    @property
+    def result_dtype(self) -> jnp.dtype:
+        return jnp.dtype(self.out_dtype)
+
+    def formula(self, x: Array, *operands: Array | None) -> Array:
+        scale, bias, mean, var = operands
+        assert mean is not None and var is not None
+        x32 = _stats.upcast(x)
+        sd = x32.dtype
+        h = (x32 - mean.astype(sd)) * _inv_sqrt(var.astype(sd) + self.eps)
+        return self.tail(h, scale, bias)
+
+    def tail(self, y: Array, *operands: Array | None) -> Array:
+        return _affine(y, *(*operands, None, None)[:2]).astype(self.out_dtype)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FrozenBatchNormSpec(NormSpec):
+    """The DETR family's ``FrozenBatchNorm2d`` (transformers ``DetrFrozenBatchNorm2d`` and its
+    copies), op by op as its ``forward`` is written::
+
+        scale = weight * rsqrt(running_var + eps)
+        shift = bias - running_mean * scale
+        y = x * scale + shift
+
+    Each op rounds to its operands' promoted dtype (``param_dtype`` for the first two lines, the
+    promotion of ``x``'s and ``param_dtype`` for the last), so a bfloat16 ``x`` with float32
+    buffers returns float32, as torch does. A different rounding order from BatchNorm's eval
+    mode (``(x - mean) * rstd * weight + bias``): the two differ in the last bits."""
+
+    param_dtype: Any
+    out_dtype: Any
+
+    op = "frozen_batch_norm"
+    operands = ("scale", "bias", "running_mean", "running_var")
+    centered = True
+
+    @property
+    def result_dtype(self) -> jnp.dtype:
+        return jnp.dtype(self.out_dtype)
+
+    def formula(self, x: Array, *operands: Array | None) -> Array:
+        w, b, rm, rv = operands
+        assert w is not None and b is not None and rm is not None and rv is not None
+        pd, od = self.param_dtype, self.out_dtype
+        sd = _stats.stats_dtype(_stats.promote(pd, od))
+
+        def r(v: Array, dtype: Any) -> Array:
+            return _stats.round_to(v, dtype)
+
+        rstd = r(_inv_sqrt(r(rv.astype(sd) + self.eps, pd)), pd)
+        scale = r(w.astype(sd) * rstd, pd)
+        shift = r(b.astype(sd) - _unfused(r(rm.astype(sd) * scale, pd)), pd)
+        y = r(_unfused(r(x.astype(sd) * scale, od)) + shift, od)
+        return y.astype(od)
+
+    def tail(self, y: Array, *operands: Array | None) -> Array:
+        raise NotImplementedError("FrozenBatchNorm has no separate epilogue: see formula")
