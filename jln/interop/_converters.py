@@ -606,3 +606,10 @@ def find(m: Any) -> Converter | None:
         if c.recognise(m):
             return c
     return None
+
+
+# LayerNorm/RMSNorm variants of model files (channels-first, zero-centred, float32 flows,
+# weightless...): their converters use the helpers above, so they are appended last.
+from jln.interop import _variants  # noqa: E402
+
+CONVERTERS = CONVERTERS + _variants.CONVERTERS
