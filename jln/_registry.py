@@ -169,6 +169,7 @@ OPS: tuple[Op, ...] = (
     Op("add_layer_norm", "add_layer_norm", extra=("residual",)),
     Op("add_rms_norm[torch]", "add_rms_norm", params=("scale",), extra=("residual",), options={"convention": "torch"}),
     Op("add_rms_norm[llama]", "add_rms_norm", params=("scale",), extra=("residual",), options={"convention": "llama", "eps": 1e-6}, exact=True),
+    Op("layer_norm[zero_centered]", "layer_norm", options={"zero_centered": True}, scale_center=0.0),
 )
 
 BY_NAME: dict[str, Op] = {op.name: op for op in OPS}
