@@ -263,3 +263,29 @@ def test_variants_are_listed() -> None:
     listed = " ".join(supported_modules())
     for name in ("ConvNextLayerNorm", "NemotronLayerNorm1P", "OlmoLayerNorm", "Gemma3nRMSNorm", "Llama4TextL2Norm"):
         assert name in listed
+
+
+@pytest.mark.parametrize(("path", "name", "args", "message"), [
+    ("deepseek_v4.modeling_deepseek_v4", "DeepseekV4UnweightedRMSNorm", (), "rounds rsqrt"),
+    ("glm5_next.modeling_glm5_next", "Glm5NextTextUnweightedRMSNorm", (), "rounds rsqrt"),  # a copy
+    ("vitdet.modeling_vitdet", "VitDetLayerNorm", (D,), "op by op in the input's dtype"),
+    ("deberta.modeling_deberta", "DebertaLayerNorm", (D,), "casts the normalized row to x's dtype"),
+    ("stablelm.modeling_stablelm", "StableLmLayerNormPerHead", (D, 4), "one LayerNorm per head"),
+])
+def test_refusals_say_what_differs_from_the_nearest_family(path: str, name: str, args: Any, message: str) -> None:
+    with pytest.raises(TypeError, match=f"no converter for .*{name}. jln recognises its computation but cannot "
+                                        f"reproduce it: .*{message}"):
+        from_torch(_hf(f"{_T}.{path}", name)(*args))
+
+
+def test_an_unknown_norm_gets_the_nearest_families() -> None:
+    class MyRMSNorm(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return x / x.norm(dim=-1, keepdim=True)
+
+    MyRMSNorm.__module__ = "transformers.models.mine.modeling_mine"
+    with pytest.raises(TypeError, match="matches none of the computations jln recognises.*nearest families"):
+        from_torch(MyRMSNorm())
+    with pytest.raises(TypeError) as info:  # no such hint for modules that are no LayerNorm/RMSNorm
+        from_torch(torch.nn.LocalResponseNorm(2))
+    assert "nearest families" not in str(info.value)

@@ -145,9 +145,11 @@ def from_torch(module: Any, *, api: str = "linen") -> Any:
     conv = _converters.find(module)
     if conv is None:
         listed = "\n  ".join(supported_modules())
+        why = _converters._variants.explain(module)
         raise TypeError(
             f"{fn}: no converter for {type(module).__module__}.{type(module).__qualname__}. "
-            f"Supported modules:\n  {listed}\nConvert the supported parts (e.g. each norm) "
+            + (f"{why}\n" if why else "")
+            + f"Supported modules:\n  {listed}\nConvert the supported parts (e.g. each norm) "
             f"one by one, or write the block with jln.linen / jln.nnx modules."
         )
     spec, params = conv.convert(module, fn)

@@ -327,3 +327,60 @@ CONVERTERS: tuple[C.Converter, ...] = (
         _RMS,
     ),
 )
+
+
+# --------------------------------------------------------------------------- refusals
+
+#: Classes jln recognises but cannot reproduce, by computation: (references, what differs from
+#: the nearest jln family). :func:`explain` puts the reason into from_torch's refusal.
+NEAR_MISSES: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = (
+    (((f"{_T}.deepseek_v4.modeling_deepseek_v4", "DeepseekV4UnweightedRMSNorm"),
+      (f"{_T}.glm5_next.modeling_glm5_next", "Glm5NextTextUnweightedRMSNorm")),
+     "it rounds rsqrt(mean(x^2) + eps) to x's dtype and multiplies in x's dtype; jln's RMSNorm conventions "
+     "multiply x by the float32 rsqrt (two roundings against one: not the same bfloat16 numbers)"),
+    (((f"{_T}.dory.modeling_dory", "DoryL2Norm"),),
+     "it divides by sqrt(sum(x^2) + eps), an L2 norm with eps on the sum; jln's RMSNorm takes the mean"),
+    (((f"{_T}.vitdet.modeling_vitdet", "VitDetLayerNorm"),
+      (f"{_T}.pocket_tts.modeling_pocket_tts", "PocketTTSFlowLayerNorm"),
+      (f"{_T}.imagegpt.modeling_imagegpt", "ImageGPTLayerNorm"),
+      ("diffusers.models.autoencoders.autoencoder_kl_ltx2", "PerChannelRMSNorm"),
+      ("diffusers.models.autoencoders.autoencoder_kl_ltx2_audio", "LTX2AudioPixelNorm")),
+     "it computes op by op in the input's dtype (no float32 statistics): jln's LayerNorm/RMSNorm give its "
+     "float32 numbers but not its bfloat16/float16 rounding"),
+    (((f"{_T}.deberta.modeling_deberta", "DebertaLayerNorm"),),
+     "it casts the normalized row to x's dtype before `weight * h + bias` (LLaMA's order, for a LayerNorm); "
+     "jln's LayerNorm applies the affine in float32 and rounds once"),
+    (((f"{_T}.moonshine_streaming.modeling_moonshine_streaming", "MoonshineStreamingLayerNorm"),),
+     "it rounds a LayerNorm without affine to x's dtype, then multiplies by `gamma + 1` in that dtype; "
+     "LayerNorm(zero_centered=True) rounds once, and its parameter is named `gamma`, not `weight`"),
+    (((f"{_T}.stablelm.modeling_stablelm", "StableLmLayerNormPerHead"),),
+     "it holds one LayerNorm per head (norms.<i>.weight) over axis 1; jln's LayerNorm has one parameter "
+     "tree shaped like the normalized axes"),
+    (((f"{_T}.chameleon.modeling_chameleon", "ChameleonLayerNorm"),),
+     "its per-head weight and bias apply after F.layer_norm in x's dtype (two roundings), while jln's "
+     "LayerNorm takes parameters shaped like the normalized axes and rounds once"),
+    ((("diffusers.models.transformers.transformer_stable_audio3", "StableAudio3RMSNorm"),),
+     "it computes as RMSNorm(convention='torch') but names its weight `gamma`, which jln's RMSNorm layout "
+     "does not map"),
+    ((("diffusers.models.autoencoders.autoencoder_vidtok", "VidTokLayerNorm"),),
+     "it computes as LayerNorm(axis=1) but holds its parameters under `norm.` (norm.weight), which jln's "
+     "LayerNorm layout does not map"),
+)
+
+
+def explain(m: Any) -> str | None:
+    """What differs between ``m`` and the nearest jln family, for a class no converter takes:
+    a known near miss by its code, else a hint by its name; None for anything else."""
+    for refs, why in NEAR_MISSES:
+        if computes_as(refs)(m):
+            return f"jln recognises its computation but cannot reproduce it: {why}."
+    name = type(m).__name__
+    if any(k in name for k in ("RMSNorm", "LayerNorm", "L2Norm")):
+        return (
+            "Its forward matches none of the computations jln recognises (the classes listed below and "
+            "their copies). The nearest families are jln.linen.LayerNorm (axis, zero_centered, use_scale, "
+            "use_bias) and jln.linen.RMSNorm (convention: torch, llama, gemma, t5, diffusers, seed; see "
+            "jln.rms_norm's table of where each rounds): if one computes the same dtype flow, build it and "
+            "load the weights with its layout."
+        )
+    return None
