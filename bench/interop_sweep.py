@@ -53,7 +53,7 @@ TIME_LIMIT_S = 60
 
 # names of composite layers that merely contain "Norm" in their name
 _NOT_A_NORM = re.compile(
-    r"(Conv(Norm)?Layer$|Model$|LM$|(?<!Per)Head$|Attention|Encoder|Resnet|Embeddings?$|Encoder$|Intermediate$|Output$|Pooler$|"
+    r"(Conv(Norm)?Layer$|ConvDropout|PreLayerNorm|Model$|LM$|(?<!Per)Head$|Attention|Encoder|Resnet|Embeddings?$|Encoder$|Intermediate$|Output$|Pooler$|"
     r"Estimation|Estimator|Bottleneck|^AutoModel|For[A-Z]|PreTrained|SelfOutput$|Layer$(?<!NormLayer))"
 )
 
@@ -259,6 +259,18 @@ def instantiate(cls: type, configs: list[Any]) -> Any:
                 return cls(**kwargs)
         except Exception as e:  # noqa: BLE001
             errors.append(f"{type(e).__name__}: {e}")
+    # fallbacks: a torch.nn subclass taking *args (cls(64)); sizes given as a (heads, head_dim) shape
+    tries: list[tuple[tuple[Any, ...], dict[str, Any]]] = [((HIDDEN,), {})]
+    sized = {k: (HEADS, HEAD_DIM) for k, p in params if p.default is p.empty and k.lower() in _SIZE_NAMES}
+    if sized and len(sized) == len([p for _, p in params if p.default is p.empty]):
+        tries.append(((), sized))
+    for args, kw in tries:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return cls(*args, **kw)
+        except Exception:  # noqa: BLE001, S112
+            continue
     raise RuntimeError(errors[0] if errors else "cannot instantiate")
 
 
@@ -312,7 +324,8 @@ def _candidate_inputs(m: Any) -> list[tuple[int, ...]]:
         sizes.append(HIDDEN)
     out: list[tuple[int, ...]] = []
     for d in sizes:
-        out += [(BATCH, 5, d), (BATCH, d, 4, 4), (BATCH, d, 6), (BATCH, 5, HEADS, d), (BATCH, d, 2, 3, 3)]
+        out += [(BATCH, 5, d), (BATCH, d, 4, 4), (BATCH, d, 6), (BATCH, 5, HEADS, d), (BATCH, HEADS, 5, d),
+                (BATCH, d, 2, 3, 3)]
     for a, b in shapes2:
         out += [(BATCH, 5, a, b), (BATCH, a, b)]
     out.append((BATCH, 5, HEADS, HEAD_DIM))
