@@ -53,3 +53,21 @@ def residual_sum(fn: str, x: Any, residual: Any, residual_in_fp32: bool) -> Arra
     if residual_in_fp32:
         dtype = _stats.promote(dtype, jnp.float32)
     return add_in(x, residual, dtype)
+
+
+def zero_centered_scale(fn: str, scale: Array | None, zero_centered: bool) -> Array | None:
+    """``1 + scale`` rounded to ``scale``'s dtype when ``zero_centered`` (torch's ``weight + 1``
+    in the weight's dtype, before the norm); ``scale`` unchanged otherwise."""
+    if not isinstance(zero_centered, bool):
+        raise TypeError(f"{fn}: `zero_centered` must be a bool; received {zero_centered!r}.")
+    if not zero_centered:
+        return scale
+    if scale is None:
+        raise ValueError(
+            f"{fn}: zero_centered=True multiplies by `1 + scale`, but no `scale` was given. Pass a "
+            f"scale (zeros is the identity), or use zero_centered=False."
+        )
+    # round to scale's dtype with an op XLA keeps (a bfloat16 add would be fused into the
+    # float32 norm unrounded)
+    wide = _stats.promote(scale.dtype, jnp.float32)
+    return _stats.round_to(scale.astype(wide) + jnp.ones((), wide), scale.dtype).astype(scale.dtype)

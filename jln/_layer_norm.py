@@ -25,6 +25,7 @@ def layer_norm(
     impl: str = "auto",
     axis_name: Any = None,
     axis_index_groups: Any = None,
+    zero_centered: bool = False,
 ) -> Array:
     r"""Layer normalization, numerically identical in contract to ``torch.nn.functional.layer_norm``.
 
@@ -58,6 +59,12 @@ def layer_norm(
         ``None`` under plain ``jax.jit`` with ``NamedSharding`` (XLA partitions it).
       axis_index_groups: optional groups of indices of ``axis_name`` that each hold one row,
         as in ``jax.lax.psum`` (``jax.pmap`` or ``shard_map(check_vma=False)`` only).
+      zero_centered: multiply by ``1 + scale`` rather than ``scale`` (zero-centred gamma, so a
+        zero ``scale`` is the identity): Nemotron's ``LayerNorm1P`` and VideoPrism's LayerNorm,
+        ``F.layer_norm(x, ..., weight + 1, bias)``. As there, ``1 + scale`` is rounded to
+        ``scale``'s dtype before the norm (a bfloat16 ``scale`` gives a bfloat16 ``1 + scale``),
+        so every ``impl`` receives the same weight; the gradient with respect to ``scale`` is
+        that with respect to ``1 + scale``. Requires ``scale``.
 
     Returns:
       Array of ``x.shape`` and ``x.dtype`` (float32 params do not promote a bfloat16 ``x``).
@@ -65,18 +72,23 @@ def layer_norm(
     Raises:
       TypeError: ``x`` (or a parameter) is not a floating array.
       ValueError: ``scale``/``bias`` shape differs from ``x``'s shape at the normalized axes;
-        an axis is out of range or repeated; ``axis`` is empty; ``eps`` is negative.
+        an axis is out of range or repeated; ``axis`` is empty; ``eps`` is negative;
+        ``zero_centered=True`` without ``scale``.
       NameError: ``axis_name`` is not bound (outside ``shard_map``/``pmap``).
 
     Example:
       >>> import jax.numpy as jnp, numpy as np, jln
       >>> np.asarray(jln.layer_norm(jnp.array([2.0, -1.0, 3.0, 0.0]))).round(3)
       array([ 0.632, -1.265,  1.265, -0.632], dtype=float32)
+      >>> x = jnp.array([2.0, -1.0, 3.0, 0.0])
+      >>> np.asarray(jln.layer_norm(x, jnp.zeros(4), zero_centered=True)).round(3)  # 1 + 0
+      array([ 0.632, -1.265,  1.265, -0.632], dtype=float32)
 
     Reference: Ba, Kiros and Hinton, "Layer Normalization" (2016).
     """
     fn = "jln.layer_norm"
     axes, s, b = _args.params(fn, x, scale, bias, axis)
+    s = _args.zero_centered_scale(fn, s, zero_centered)
     spec = LayerNormSpec(
         axes=axes, eps=_checks.check_eps(eps, fn), out_dtype=x.dtype,
         **_args.dist(fn, impl, axis_name, axis_index_groups),

@@ -357,18 +357,29 @@ def _check_layer_norm(cfg: Any) -> None:
     _checks.check_eps(cfg.eps, "jln LayerNorm")
     _check_common(cfg, "jln LayerNorm")
     check_inits(cfg, "jln LayerNorm")
+    if cfg.zero_centered and not cfg.use_scale:
+        raise ValueError(
+            "jln LayerNorm: zero_centered=True multiplies by `1 + scale`, so it needs use_scale=True; "
+            "received use_scale=False."
+        )
 
 
 LayerNormConfig = make_config(
     "LayerNormConfig",
     (EPS.but(doc="added to the variance; torch's default 1e-5 (flax's LayerNorm uses 1e-6)."), AXIS, USE_SCALE,
-     USE_BIAS, *COMPUTE, *DISTRIBUTED, SCALE_INIT, BIAS_INIT),
+     USE_BIAS, *COMPUTE, *DISTRIBUTED, SCALE_INIT, BIAS_INIT,
+     Option("zero_centered", "bool", False, "multiply by ``1 + scale`` (Nemotron's ``LayerNorm1P``, "
+            "TransformerEngine's ``zero_centered_gamma``), ``1 + scale`` rounded to ``param_dtype``; "
+            "``scale`` then initialises to 0. ``axis=1`` gives channels-first LayerNorm "
+            "(``LayerNorm2d``, ``data_format=\"channels_first\"``).")),
     _check_layer_norm,
 )
 
 
 def layer_norm_specs(cfg: Any, features: tuple[int, ...], scale_init: Callable[..., Array] = ones) -> dict[str, ParamSpec]:
     """``scale`` (``scale_init`` unless ``cfg.scale_init``) and ``bias`` (zeros), as the options say."""
+    if getattr(cfg, "zero_centered", False):
+        scale_init = zeros  # 1 + scale: the identity weight is 0
     specs = {}
     if cfg.use_scale:
         specs["scale"] = _param(features, cfg.scale_init, scale_init)
@@ -390,6 +401,8 @@ def _apply_norm(norm: Callable[..., Array], params: Params, x: Array, cfg: Any, 
 
 def apply_layer_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
     """``jln.layer_norm(x, scale, bias)`` with the module's dtype rule and monitor."""
+    if cfg.zero_centered:
+        return _apply_norm(layer_norm, params, x, cfg, "jln LayerNorm", zero_centered=True)
     return _apply_norm(layer_norm, params, x, cfg, "jln LayerNorm")
 
 

@@ -28,8 +28,11 @@ def _dims(k: int) -> tuple[int, ...]:
     return tuple(range(-k, 0))
 
 
-def layer_norm(x: Tensor, scale: Tensor | None = None, bias: Tensor | None = None, *, k: int = 1, eps: float = 1e-5) -> Tensor:
-    """``torch.nn.functional.layer_norm`` over the trailing ``k`` axes."""
+def layer_norm(x: Tensor, scale: Tensor | None = None, bias: Tensor | None = None, *, k: int = 1, eps: float = 1e-5, zero_centered: bool = False) -> Tensor:
+    """``torch.nn.functional.layer_norm`` over the trailing ``k`` axes (``zero_centered``:
+    with ``scale + 1`` in ``scale``'s dtype, as Nemotron's ``LayerNorm1P``)."""
+    if zero_centered and scale is not None:
+        scale = scale + 1.0
     torch = _torch()
     return torch.nn.functional.layer_norm(x, tuple(x.shape[-k:]), scale, bias, eps)
 

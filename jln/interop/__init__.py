@@ -57,6 +57,12 @@ def _build(spec: Any, api: str) -> Any:
         return getattr(linen_ns, spec.cls)(**spec.linen_sizes, **spec.options)
     from flax import nnx
 
+    if None in spec.nnx_sizes:
+        raise ValueError(
+            f"jln.interop.from_torch: this torch module has no parameters and does not record the width "
+            f"it normalizes, which jln.nnx.{spec.cls} takes first; use api='linen' (it infers the width "
+            f"from x), or build jln.nnx.{spec.cls}(num_features, **{spec.options!r}) yourself."
+        )
     cls = getattr(nnx_ns, spec.nnx_cls or spec.cls)
     return cls(*spec.nnx_sizes, **spec.options, rngs=nnx.Rngs(0))
 
@@ -139,9 +145,11 @@ def from_torch(module: Any, *, api: str = "linen") -> Any:
     conv = _converters.find(module)
     if conv is None:
         listed = "\n  ".join(supported_modules())
+        why = _converters._variants.explain(module)
         raise TypeError(
             f"{fn}: no converter for {type(module).__module__}.{type(module).__qualname__}. "
-            f"Supported modules:\n  {listed}\nConvert the supported parts (e.g. each norm) "
+            + (f"{why}\n" if why else "")
+            + f"Supported modules:\n  {listed}\nConvert the supported parts (e.g. each norm) "
             f"one by one, or write the block with jln.linen / jln.nnx modules."
         )
     spec, params = conv.convert(module, fn)

@@ -187,6 +187,7 @@ def _compose(
     o: _registry.Op, ln: Callable[..., Any], rms: Callable[..., Any],
 ) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
     """A baseline's version of op ``o`` built from its plain LayerNorm and RMSNorm."""
+    ln = _zero_centered(o, ln)
     if o.family == "layer_norm":
         return lambda p: (ln(p["x"], p["scale"], p["bias"]),)
     if o.family == "rms_norm":
@@ -205,6 +206,14 @@ def _compose(
     if o.family == "modulate":
         return lambda p: (_modulate(p["x"], p["shift"], p["scale_c"]),)
     raise ValueError(o.name)
+
+
+def _zero_centered(o: _registry.Op, ln: Callable[..., Any]) -> Callable[..., Any]:
+    """``ln`` taking ``1 + scale`` for the zero-centred LayerNorm op (as a baseline's user
+    writes it: the weight plus one, in the weight's dtype)."""
+    if not o.options.get("zero_centered"):
+        return ln
+    return lambda x, w, b: ln(x, None if w is None else w + 1, b)
 
 
 def _import_tokamax() -> Any:
@@ -236,6 +245,8 @@ def _tokamax(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
         return tokamax.layer_norm(x, scale, bias, axis=-1, epsilon=eps, subtract_mean=subtract_mean,
                                   implementation="xla")
 
+    if o.options.get("zero_centered"):
+        raise Skip(f"tokamax's scale_offset adds in float32, not in the weight's dtype: not {op}")
     if o.family == "layer_norm":
         return lambda p: (norm(p["x"], p["scale"], p["bias"], True),)
     if o.family == "rms_norm":
@@ -311,6 +322,8 @@ def torch_op(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
 
     def ln(x: Any, w: Any, b: Any) -> Any:
         return F.layer_norm(x, x.shape[-1:], w, b, eps)
+
+    ln = _zero_centered(o, ln)
 
     def rms(x: Any, w: Any, b: Any = None) -> Any:
         if conv == "torch":

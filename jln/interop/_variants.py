@@ -1,0 +1,386 @@
+"""Converters for the LayerNorm and RMSNorm variants of transformers and diffusers model files.
+
+Each is recognised by computation: a class whose ``forward`` (and ``_norm``) is, as code, that
+of a reference class in the installed transformers or diffusers (:func:`computes_as`), so the
+model files that copy a reference under their own name convert too. Each maps onto an option
+of :class:`jln.linen.LayerNorm` / :class:`jln.linen.RMSNorm`; none adds a formula:
+
+* channels-first LayerNorm (``data_format="channels_first"``, ``LayerNorm2d``): ``axis=1``;
+* zero-centred gamma (Nemotron's ``LayerNorm1P``): ``zero_centered=True``;
+* LayerNorm with float32 statistics and one cast at the end (OLMo, Cohere, diffusers'
+  ``FP32LayerNorm``...): torch's LayerNorm numbers, jln's ``LayerNorm``;
+* RMSNorm whose weight multiplies in float32 before the one cast (Gemma 3n/4 with
+  ``with_scale``, Moshi, Helium, NemotronH...), with or without a weight (the weightless
+  QK-norms of Llama 4, FalconMamba...): ``convention="torch"``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from jln.interop import _converters as C
+from jln.interop._arrays import to_jax
+
+_T = "transformers.models"
+
+
+def _torch_class(name: str) -> Any:
+    import torch
+
+    return getattr(torch.nn, name)
+
+
+def computes_as(
+    refs: tuple[tuple[str, str], ...], attrs: tuple[str, ...] = (), base: str | None = None
+) -> Callable[[Any], bool]:
+    """A transformers or diffusers class (every attribute in ``attrs`` present) whose
+    ``forward`` and ``_norm`` are, as code, those of one of ``refs`` (``(module, class)``) in
+    the installed packages. ``base``: the ``torch.nn`` class the class must extend directly (its
+    code calls ``super().forward``). Reference modules are imported only for a candidate."""
+
+    def recognise(m: Any) -> bool:
+        t = type(m)
+        package = t.__module__.split(".")[0]
+        if package not in ("transformers", "diffusers") or not all(hasattr(m, a) for a in attrs):
+            return False
+        if base is not None and (len(t.__mro__) < 2 or t.__mro__[1] is not _torch_class(base)):
+            return False
+        mine = C._code(t)
+        if mine is None:
+            return False
+        # the same package's references first: a transformers class never imports diffusers
+        for mod, name in sorted(refs, key=lambda r: r[0].split(".")[0] != package):
+            try:
+                ref = getattr(importlib.import_module(mod), name)
+            except (ImportError, AttributeError):
+                continue
+            if ref is t or C._code(ref) == mine:
+                return True
+        return False
+
+    return recognise
+
+
+def _weight(m: Any, name: str = "weight") -> Any:
+    """The module's own parameter ``name`` (a buffer of that name, e.g. FalconMamba's unused
+    ones, is not a parameter), or None."""
+    return getattr(m, "_parameters", {}).get(name)
+
+
+def _one_axis(m: Any, shape: tuple[int, ...], fn: str, what: str) -> None:
+    if len(shape) != 1:
+        raise C._unsupported(
+            m, fn, f"normalized_shape={shape} has {len(shape)} axes, but {what} normalizes one axis",
+            "Use a 1-D normalized_shape.",
+        )
+
+
+# --------------------------------------------------------------------------- LayerNorm
+
+
+def _ln_channels(first: Callable[[Any], bool]) -> Callable[[Any, str], tuple[C.Spec, C.Params]]:
+    """torch LayerNorm parameters; ``axis=1`` when ``first(m)`` (the channels of NC... input)."""
+
+    def convert(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+        spec, p = C._conv_layer_norm(m, fn)
+        if not first(m):
+            return spec, p
+        shape = tuple(int(s) for s in m.normalized_shape)
+        _one_axis(m, shape, fn, "a channels-first LayerNorm")
+        return C.Spec("LayerNorm", {}, spec.nnx_sizes, {**spec.options, "axis": 1}), p
+
+    return convert
+
+
+def _conv_zero_centered(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    spec, p = C._conv_layer_norm(m, fn)
+    if "scale" not in p:
+        raise C._unsupported(
+            m, fn, "it has no weight, but it multiplies by `weight + 1` (torch fails on it too)",
+            "Build it with elementwise_affine=True.",
+        )
+    return C.Spec("LayerNorm", {}, spec.nnx_sizes, {**spec.options, "zero_centered": True}), p
+
+
+def _conv_olmo(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    shape = tuple(int(s) for s in m.normalized_shape)
+    # OLMo's forward fixes eps=1e-5 and has no parameters
+    opts = dict(eps=1e-5, axis=C._axis(shape), use_scale=False, use_bias=False)
+    return C.Spec("LayerNorm", {}, (C._features(shape),), opts), {}
+
+
+def _conv_cohere(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    w = m.weight
+    if w.ndim != 1:
+        raise C._unsupported(
+            m, fn,
+            f"its weight has shape {tuple(w.shape)}: a per-head weight (Cohere's QK-norm) applied to "
+            f"statistics over the last axis only, while jln's LayerNorm takes a parameter shaped like "
+            f"the normalized axes",
+            "Normalize with jln.layer_norm(x, axis=-1) without a scale and multiply by the weight in "
+            "float32 before casting to x's dtype.",
+        )
+    p = {"scale": to_jax(w, "weight", fn)}
+    opts = dict(eps=float(m.variance_epsilon), axis=-1, use_scale=True, use_bias=False,
+                param_dtype=C._param_dtype(p))
+    return C.Spec("LayerNorm", {}, (int(w.shape[0]),), opts), p
+
+
+# --------------------------------------------------------------------------- RMSNorm
+
+
+def _rms(convention: str, eps_attr: str, *, float_weight: bool = False) -> Callable[[Any, str], tuple[C.Spec, C.Params]]:
+    """An RMSNorm over the last axis in ``convention``, with its weight if it has one.
+    ``float_weight``: the class adds 1 to the weight in the weight's own dtype, which only the
+    gemma convention's float32 ``1 + w`` equals for a float32 (or float64) weight."""
+
+    def convert(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+        w = _weight(m)
+        eps = float(getattr(m, eps_attr))
+        if w is None:
+            size = getattr(m, "hidden_size", None) or _buffer_size(m)
+            opts = dict(eps=eps, convention=convention, axis=-1, use_scale=False)
+            return C.Spec("RMSNorm", {}, (size,), opts), {}
+        if w.ndim != 1:
+            raise C._unsupported(m, fn, f"its weight has shape {tuple(w.shape)}", "Use a 1-D weight.")
+        if float_weight and str(w.dtype) not in ("torch.float32", "torch.float64"):
+            raise C._unsupported(
+                m, fn,
+                f"it computes `1 + weight` in the weight's dtype ({w.dtype}) before upcasting, which "
+                f"rounds; jln's gemma convention forms `1 + weight` in float32 (the same numbers only "
+                f"for a float32 weight)",
+                "Keep this norm's weight in float32 (as its model's _keep_in_fp32_modules does), or "
+                "fold the rounded `1 + weight` into a convention='torch' RMSNorm's scale.",
+            )
+        p = {"scale": to_jax(w, "weight", fn)}
+        opts = dict(eps=eps, convention=convention, axis=-1, use_scale=True, param_dtype=C._param_dtype(p))
+        return C.Spec("RMSNorm", {}, (int(w.shape[0]),), opts), p
+
+    return convert
+
+
+def _buffer_size(m: Any) -> int | None:
+    """The width of a weightless norm where it records one (FalconMamba's unused ones buffer)."""
+    b = getattr(m, "weight", None)
+    return int(b.shape[0]) if b is not None and getattr(b, "ndim", 0) == 1 else None
+
+
+def _conv_mochi(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    dim = tuple(int(s) for s in m.dim)
+    if len(dim) != 1:
+        raise C._unsupported(m, fn, f"dim={dim} has several axes but it reduces over the last axis only",
+                             "Use a 1-D dim.")
+    spec, p = _rms("torch", "eps")(m, fn)
+    return C.Spec("RMSNorm", {}, (dim[0],), spec.options), p
+
+
+def _conv_cpmant(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    return _rms("llama", "eps")(m, fn)
+
+
+def _conv_grouped_gemma(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    if m.group_size is not None:
+        raise C._unsupported(
+            m, fn,
+            f"group_size={m.group_size}: its statistics are per group of {m.group_size} channels, while "
+            f"jln's RMSNorm takes them over the whole normalized axis",
+            "Reshape x to (..., hidden_size // group_size, group_size) and use jln.rms_norm(..., "
+            "convention='gemma') with the weight reshaped alike.",
+        )
+    return _rms("gemma", "eps")(m, fn)
+
+
+# --------------------------------------------------------------------------- the table
+
+_LN = C.LAYOUTS["LayerNorm"]
+_RMS = C.LAYOUTS["RMSNorm"]
+_NORM_ATTRS = ("normalized_shape", "eps", "weight", "bias")
+
+CONVERTERS: tuple[C.Converter, ...] = (
+    C.Converter(
+        "transformers ConvNextLayerNorm and its copies (SAM 1/2/3, EdgeTAM, LW-DETR, RF-DETR, GOT-OCR2...: "
+        "data_format='channels_last' / 'channels_first')",
+        "LayerNorm (axis=1 for channels_first)",
+        computes_as(((f"{_T}.convnext.modeling_convnext", "ConvNextLayerNorm"),), (*_NORM_ATTRS, "data_format"),
+                    base="LayerNorm"),
+        _ln_channels(lambda m: m.data_format == "channels_first"),
+        _LN,
+    ),
+    C.Converter(
+        "transformers EomtLayerNorm2d / SqueezeBertLayerNorm, diffusers SDCascadeLayerNorm, and their copies "
+        "(LayerNorm over the channels of NC... input)",
+        "LayerNorm(axis=1)",
+        computes_as(((f"{_T}.eomt.modeling_eomt", "EomtLayerNorm2d"),
+                     (f"{_T}.squeezebert.modeling_squeezebert", "SqueezeBertLayerNorm"),
+                     ("diffusers.models.unets.unet_stable_cascade", "SDCascadeLayerNorm")),
+                    _NORM_ATTRS, base="LayerNorm"),
+        _ln_channels(lambda m: True),
+        _LN,
+    ),
+    C.Converter(
+        "transformers NemotronLayerNorm1P / VideoPrismLayerNorm (F.layer_norm with weight + 1) and their copies",
+        "LayerNorm(zero_centered=True)",
+        computes_as(((f"{_T}.nemotron.modeling_nemotron", "NemotronLayerNorm1P"),
+                     (f"{_T}.videoprism.modeling_videoprism", "VideoPrismLayerNorm")),
+                    _NORM_ATTRS, base="LayerNorm"),
+        _conv_zero_centered,
+        _LN,
+    ),
+    C.Converter(
+        "diffusers FP32LayerNorm, transformers EsmcLayerNorm / EsmFold2LayerNorm (torch LayerNorm in float32, "
+        "cast back) and their copies",
+        "LayerNorm",
+        computes_as((("diffusers.models.normalization", "FP32LayerNorm"),
+                     (f"{_T}.esmc.modeling_esmc", "EsmcLayerNorm"),
+                     (f"{_T}.esmfold2.modeling_esmfold2", "EsmFold2LayerNorm")),
+                    _NORM_ATTRS, base="LayerNorm"),
+        C._conv_layer_norm,
+        _LN,
+    ),
+    C.Converter(
+        "transformers OlmoLayerNorm (no parameters, eps 1e-5, float32) and its copies",
+        "LayerNorm(use_scale=False, use_bias=False)",
+        computes_as(((f"{_T}.olmo.modeling_olmo", "OlmoLayerNorm"),), ("normalized_shape",)),
+        _conv_olmo,
+        _LN,
+    ),
+    C.Converter(
+        "transformers CohereLayerNorm (float32 statistics, weight without bias; 1-D weight) and its copies",
+        "LayerNorm(use_bias=False)",
+        computes_as(((f"{_T}.cohere.modeling_cohere", "CohereLayerNorm"),), ("weight", "variance_epsilon")),
+        _conv_cohere,
+        _LN,
+    ),
+    C.Converter(
+        "transformers Gemma3nRMSNorm (with_scale) and its copies (Gemma 4, DiffusionGemma, NeoMME...): float32 "
+        "weight product, one cast",
+        "RMSNorm(convention='torch')",
+        computes_as(((f"{_T}.gemma3n.modeling_gemma3n", "Gemma3nRMSNorm"),), ("variance_epsilon", "with_scale")),
+        _rms("torch", "variance_epsilon"),
+        _RMS,
+    ),
+    C.Converter(
+        "transformers MoshiRMSNorm, ErgoRMSNorm, diffusers Cosmos3NemotronRMSNorm and their copies (Kyutai...)",
+        "RMSNorm(convention='torch')",
+        computes_as(((f"{_T}.moshi.modeling_moshi", "MoshiRMSNorm"),
+                     (f"{_T}.ergo.modeling_ergo", "ErgoRMSNorm"),
+                     ("diffusers.models.transformers.transformer_cosmos3", "Cosmos3NemotronRMSNorm")),
+                    ("weight", "eps")),
+        _rms("torch", "eps"),
+        _RMS,
+    ),
+    C.Converter(
+        "transformers HeliumRMSNorm and its copies (NemotronH, LaraMini...)",
+        "RMSNorm(convention='torch')",
+        computes_as(((f"{_T}.helium.modeling_helium", "HeliumRMSNorm"),), ("weight", "variance_epsilon")),
+        _rms("torch", "variance_epsilon"),
+        _RMS,
+    ),
+    C.Converter(
+        "transformers weightless RMSNorms: Llama4TextL2Norm, FalconMambaWeightlessRMSNorm, Inkling2UnweightedRMSNorm "
+        "and their copies (x in float32 * rsqrt(mean(x^2) + eps), one cast)",
+        "RMSNorm(convention='torch', use_scale=False)",
+        computes_as(((f"{_T}.llama4.modeling_llama4", "Llama4TextL2Norm"),
+                     (f"{_T}.falcon_mamba.modeling_falcon_mamba", "FalconMambaWeightlessRMSNorm"),
+                     (f"{_T}.inkling2.modeling_inkling2", "Inkling2UnweightedRMSNorm")),
+                    ("variance_epsilon",)),
+        _rms("torch", "variance_epsilon"),
+        _RMS,
+    ),
+    C.Converter(
+        "diffusers MochiRMSNorm and its copies",
+        "RMSNorm(convention='torch')",
+        computes_as((("diffusers.models.normalization", "MochiRMSNorm"),), ("weight", "eps", "dim")),
+        _conv_mochi,
+        _RMS,
+    ),
+    C.Converter(
+        "transformers Llama4TextRMSNorm and its copies (cast to x's dtype, then the weight)",
+        "RMSNorm(convention='llama')",
+        computes_as(((f"{_T}.llama4.modeling_llama4", "Llama4TextRMSNorm"),), ("weight", "variance_epsilon")),
+        _rms("llama", "variance_epsilon"),
+        _RMS,
+    ),
+    C.Converter(
+        "transformers CpmAntLayerNorm and its copies",
+        "RMSNorm(convention='llama')",
+        computes_as(((f"{_T}.cpmant.modeling_cpmant", "CpmAntLayerNorm"),), ("weight", "eps", "dim_norm")),
+        _conv_cpmant,
+        _RMS,
+    ),
+    C.Converter(
+        "transformers Qwen4ExpTextRMSNorm (group_size=None) and its copies",
+        "RMSNorm(convention='gemma')",
+        computes_as(((f"{_T}.qwen4_exp.modeling_qwen4_exp", "Qwen4ExpTextRMSNorm"),), ("weight", "eps", "group_size")),
+        _conv_grouped_gemma,
+        _RMS,
+    ),
+    C.Converter(
+        "transformers MuseSparkTextCenteredRMSNorm, diffusers Krea2RMSNorm (1 + weight in the weight's dtype; a "
+        "float32 weight) and their copies",
+        "RMSNorm(convention='gemma')",
+        computes_as(((f"{_T}.muse_spark.modeling_muse_spark", "MuseSparkTextCenteredRMSNorm"),
+                     ("diffusers.models.transformers.transformer_krea2", "Krea2RMSNorm")), ("weight", "eps")),
+        _rms("gemma", "eps", float_weight=True),
+        _RMS,
+    ),
+)
+
+
+# --------------------------------------------------------------------------- refusals
+
+#: Classes jln recognises but cannot reproduce, by computation: (references, what differs from
+#: the nearest jln family). :func:`explain` puts the reason into from_torch's refusal.
+NEAR_MISSES: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = (
+    (((f"{_T}.deepseek_v4.modeling_deepseek_v4", "DeepseekV4UnweightedRMSNorm"),
+      (f"{_T}.glm5_next.modeling_glm5_next", "Glm5NextTextUnweightedRMSNorm")),
+     "it rounds rsqrt(mean(x^2) + eps) to x's dtype and multiplies in x's dtype; jln's RMSNorm conventions "
+     "multiply x by the float32 rsqrt (two roundings against one: not the same bfloat16 numbers)"),
+    (((f"{_T}.dory.modeling_dory", "DoryL2Norm"),),
+     "it divides by sqrt(sum(x^2) + eps), an L2 norm with eps on the sum; jln's RMSNorm takes the mean"),
+    (((f"{_T}.vitdet.modeling_vitdet", "VitDetLayerNorm"),
+      (f"{_T}.pocket_tts.modeling_pocket_tts", "PocketTTSFlowLayerNorm"),
+      (f"{_T}.imagegpt.modeling_imagegpt", "ImageGPTLayerNorm"),
+      ("diffusers.models.autoencoders.autoencoder_kl_ltx2", "PerChannelRMSNorm"),
+      ("diffusers.models.autoencoders.autoencoder_kl_ltx2_audio", "LTX2AudioPixelNorm")),
+     "it computes op by op in the input's dtype (no float32 statistics): jln's LayerNorm/RMSNorm give its "
+     "float32 numbers but not its bfloat16/float16 rounding"),
+    (((f"{_T}.deberta.modeling_deberta", "DebertaLayerNorm"),),
+     "it casts the normalized row to x's dtype before `weight * h + bias` (LLaMA's order, for a LayerNorm); "
+     "jln's LayerNorm applies the affine in float32 and rounds once"),
+    (((f"{_T}.moonshine_streaming.modeling_moonshine_streaming", "MoonshineStreamingLayerNorm"),),
+     "it rounds a LayerNorm without affine to x's dtype, then multiplies by `gamma + 1` in that dtype; "
+     "LayerNorm(zero_centered=True) rounds once, and its parameter is named `gamma`, not `weight`"),
+    (((f"{_T}.stablelm.modeling_stablelm", "StableLmLayerNormPerHead"),),
+     "it holds one LayerNorm per head (norms.<i>.weight) over axis 1; jln's LayerNorm has one parameter "
+     "tree shaped like the normalized axes"),
+    (((f"{_T}.chameleon.modeling_chameleon", "ChameleonLayerNorm"),),
+     "its per-head weight and bias apply after F.layer_norm in x's dtype (two roundings), while jln's "
+     "LayerNorm takes parameters shaped like the normalized axes and rounds once"),
+    ((("diffusers.models.transformers.transformer_stable_audio3", "StableAudio3RMSNorm"),),
+     "it computes as RMSNorm(convention='torch') but names its weight `gamma`, which jln's RMSNorm layout "
+     "does not map"),
+    ((("diffusers.models.autoencoders.autoencoder_vidtok", "VidTokLayerNorm"),),
+     "it computes as LayerNorm(axis=1) but holds its parameters under `norm.` (norm.weight), which jln's "
+     "LayerNorm layout does not map"),
+)
+
+
+def explain(m: Any) -> str | None:
+    """What differs between ``m`` and the nearest jln family, for a class no converter takes:
+    a known near miss by its code, else a hint by its name; None for anything else."""
+    for refs, why in NEAR_MISSES:
+        if computes_as(refs)(m):
+            return f"jln recognises its computation but cannot reproduce it: {why}."
+    name = type(m).__name__
+    if any(k in name for k in ("RMSNorm", "LayerNorm", "L2Norm")):
+        return (
+            "Its forward matches none of the computations jln recognises (the classes listed below and "
+            "their copies). The nearest families are jln.linen.LayerNorm (axis, zero_centered, use_scale, "
+            "use_bias) and jln.linen.RMSNorm (convention: torch, llama, gemma, t5, diffusers, seed; see "
+            "jln.rms_norm's table of where each rounds): if one computes the same dtype flow, build it and "
+            "load the weights with its layout."
+        )
+    return None
