@@ -19,6 +19,7 @@ import jax
 from flax import nnx
 
 from jln import _modules as M
+from jln import _modules_adaptive as MA
 
 Array = jax.Array
 
@@ -30,6 +31,10 @@ __all__ = [
     "LayerNorm",
     "RMSNorm",
     "TransformerEncoderLayer",
+    "AdaLNZeroJoint",
+    "AdaLNScale",
+    "GlobalResponseNorm",
+    "LpNorm",
 ]
 
 
@@ -209,4 +214,20 @@ class TransformerEncoderLayer(_Module, kind=M.TRANSFORMER_ENCODER_LAYER):
 
 
 class DiTBlock(_Module, kind=M.DIT_BLOCK):
+    pass
+
+
+class AdaLNZeroJoint(_Module, kind=MA.ADA_LN_ZERO_JOINT):
+    pass
+
+
+class AdaLNScale(_Module, kind=MA.ADA_LN_SCALE):
+    pass
+
+
+class GlobalResponseNorm(_Module, kind=MA.GLOBAL_RESPONSE_NORM):
+    pass
+
+
+class LpNorm(_Module, kind=MA.LP_NORM):
     pass

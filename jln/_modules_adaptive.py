@@ -1,0 +1,324 @@
+"""More module kinds (see :mod:`jln._modules`): diffusers' other adaptive norms, and the
+Lp and global response norms.
+
+* ``AdaLNZeroJoint``: one norm, two streams (diffusers ``CogVideoXLayerNormZero``).
+* ``AdaLNScale``: ``norm(x) * (1 + linear_1(SiLU(cond)))``, then an optional ``linear_2``
+  (diffusers ``LuminaLayerNormContinuous``, ``MochiLayerNormContinuous``).
+* ``GlobalResponseNorm`` (ConvNeXt-V2, diffusers) and ``LpNorm`` (``F.normalize``).
+
+Norm math is only ever :func:`jln.adaptive_layer_norm`, :func:`jln.adaptive_rms_norm`,
+:func:`jln.global_response_norm` and :func:`jln.lp_normalize`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jln import _checks
+from jln import _modules as M
+from jln._lp import _check_p, global_response_norm, lp_normalize
+from jln._modules import (
+    _LINEN,
+    _NNX,
+    _NORM_RNGS,
+    ADAPTIVE_DISTRIBUTED,
+    BIAS_INIT,
+    COMPUTE,
+    DTYPE,
+    EPS,
+    FEATURES,
+    PARAM_DTYPE,
+    SCALE_INIT,
+    USE_BIAS,
+    Kind,
+    Option,
+    Params,
+    Shape,
+    Stats,
+    _cast_in,
+    _cast_out,
+    _check_common,
+    _dense_inits,
+    _record,
+    check_inits,
+    check_positive,
+    compute_dtype,
+    dense,
+    dense_specs,
+    make_config,
+    modulated_norm,
+    set_positive,
+    silu,
+    zeros,
+)
+
+Array = jax.Array
+
+# --------------------------------------------------------------------------- AdaLNZeroJoint
+
+
+def _check_joint(cfg: Any) -> None:
+    fn = "jln AdaLNZeroJoint"
+    check_inits(cfg, fn, ("scale_init", "bias_init", "linear_kernel_init", "linear_bias_init"))
+    set_positive(cfg, ("features",), fn)
+    _checks.check_eps(cfg.eps, fn)
+    _check_common(cfg, fn)
+
+
+AdaLNZeroJointConfig = make_config(
+    "AdaLNZeroJointConfig",
+    (FEATURES, EPS, Option("elementwise_affine", "bool", True, "the LayerNorm's own ``scale`` and ``bias``."),
+     USE_BIAS.but(doc="the Dense ``linear``'s bias."), *COMPUTE, *ADAPTIVE_DISTRIBUTED,
+     SCALE_INIT.but(doc="the LayerNorm's ``scale`` initializer; ``None``: ones."),
+     BIAS_INIT.but(doc="the LayerNorm's ``bias`` initializer; ``None``: zeros."),
+     *_dense_inits("linear", "torch ``nn.Linear``'s")),
+    _check_joint,
+)
+
+
+def joint_specs(cfg: Any, cond_features: int) -> dict[str, Any]:
+    specs: dict[str, Any] = {"linear": dense_specs(cond_features, 6 * cfg.features, use_bias=cfg.use_bias,
+                                                   kernel_init=cfg.linear_kernel_init,
+                                                   bias_init=cfg.linear_bias_init)}
+    return {**specs, **M._norm_params_specs(cfg, cfg.features, "layer_norm")}
+
+
+def _token_axis(g: Array) -> Array:
+    """``g[:, None, :]``: a per-example chunk with a token axis."""
+    return g.reshape(g.shape[:-1] + (1,) + g.shape[-1:])
+
+
+def apply_joint(params: Params, x: Array, context: Array, emb: Array, cfg: Any) -> tuple[tuple[Array, ...], Stats]:
+    """CogVideoX: ``(shift, scale, gate, enc_shift, enc_scale, enc_gate) = linear(SiLU(emb))``;
+    the one LayerNorm modulates ``x`` and ``context`` with their own chunks."""
+    fn = "jln AdaLNZeroJoint"
+    for v, name in ((x, "x"), (context, "context"), (emb, "emb")):
+        _checks.check_floating(v, fn, name)
+    dt = compute_dtype(cfg.dtype, emb)
+    xi, ci = _cast_in(x, cfg.dtype), _cast_in(context, cfg.dtype)
+    h = dense(params["linear"], silu(emb).astype(dt), dt, fn, "emb")
+    norm = params.get("norm", {})
+    y, ch = modulated_norm(xi, h, cfg, norm, order="cogvideox", norm_type="layer_norm", use=("shift", "scale"))
+    c, _ = modulated_norm(ci, h, cfg, norm, order="cogvideox", norm_type="layer_norm",
+                          use=("enc_shift", "enc_scale"))
+    y, c = _cast_out(y, cfg.dtype), _cast_out(c, cfg.dtype)
+    stats = _record(cfg.monitor, xi, y, -1, fn)
+    return (y, c, _token_axis(ch["gate"]), _token_axis(ch["enc_gate"])), stats
+
+
+ADA_LN_ZERO_JOINT = Kind(
+    "AdaLNZeroJoint", AdaLNZeroJointConfig, joint_specs, apply_joint, ("x", "context", "emb"),
+    doc="adaLN-Zero over two token streams sharing one LayerNorm (diffusers ``CogVideoXLayerNormZero``).\n\n"
+        "``(shift, scale, gate, enc_shift, enc_scale, enc_gate) = linear(SiLU(emb))`` in ``emb``'s "
+        "dtype; ``x_mod = LN(x) * (1 + scale) + shift`` and ``context_mod = LN(context) * (1 + enc_scale) "
+        "+ enc_shift`` (LayerNorm with affine, eps 1e-5), as :func:`jln.adaptive_layer_norm`.",
+    returns="(``__call__(x, context, emb)``): ``(x_mod, context_mod, gate, enc_gate)``; the gates are "
+            "``[B, 1, d]``.",
+    raises="TypeError, ValueError: non-floating inputs, mismatched sizes, an initializer that is not "
+           "callable.",
+    examples=(_LINEN + "  >>> m = jnn.AdaLNZeroJoint(features=8)\n  >>> x, t, c = jnp.ones((2, 5, 8)), "
+              "jnp.ones((2, 3, 8)), jnp.ones((2, 4))\n  >>> [o.shape for o in m.apply(m.init("
+              "jax.random.key(0), x, t, c), x, t, c)][2]\n  (2, 1, 8)",
+              _NNX + "  >>> m = jnnx.AdaLNZeroJoint(4, 8, rngs=nnx.Rngs(0))\n  >>> len(m(jnp.ones((2, 5, 8)), "
+              "jnp.ones((2, 3, 8)), jnp.ones((2, 4))))\n  4"),
+    rngs_doc="``nnx.Rngs`` for the Dense kernel init.",
+    shapes=(Shape("cond_features", "int", "size of ``emb``'s last axis.", 2,
+                  lambda v, fn: check_positive(v, "cond_features", fn), M._infer_last),),
+    positional=1,
+)
+
+# --------------------------------------------------------------------------- AdaLNScale
+
+
+def _check_scale(cfg: Any) -> None:
+    fn = "jln AdaLNScale"
+    check_inits(cfg, fn, ("scale_init", "bias_init", "linear_kernel_init", "linear_bias_init"))
+    set_positive(cfg, ("features",), fn)
+    if cfg.out_features is not None:
+        object.__setattr__(cfg, "out_features", check_positive(cfg.out_features, "out_features", fn))
+    _checks.check_choice(cfg.norm_type, "norm_type", M.ZERO_NORM_TYPES, fn)
+    if cfg.norm_type == "fp32_rms_norm" and cfg.elementwise_affine:
+        raise ValueError(
+            f"{fn}: norm_type='fp32_rms_norm' (Mochi's modulated RMSNorm) has no weight; build it "
+            f"with elementwise_affine=False."
+        )
+    _checks.check_eps(cfg.eps, fn)
+    _check_common(cfg, fn)
+
+
+AdaLNScaleConfig = make_config(
+    "AdaLNScaleConfig",
+    (FEATURES, EPS.but(doc="the norm's eps (1e-5)."),
+     Option("elementwise_affine", "bool", True, "the norm's own ``scale`` (and ``bias`` for layer_norm)."),
+     USE_BIAS.but(doc="the Dense biases and the LayerNorm bias (diffusers' ``bias``)."),
+     Option("norm_type", "str", "layer_norm", "``\"layer_norm\"``, ``\"rms_norm\"`` (diffusers' RMSNorm) or "
+            "``\"fp32_rms_norm\"`` (Mochi: float32 norm and modulation, one rounding)."),
+     Option("out_features", "int | None", None, "with a size, a Dense ``linear_2`` (``features -> "
+            "out_features``) after the modulation (Lumina's ``out_dim``)."),
+     *COMPUTE, *ADAPTIVE_DISTRIBUTED,
+     SCALE_INIT.but(doc="the norm's ``scale`` initializer (with ``elementwise_affine``); ``None``: ones."),
+     BIAS_INIT.but(doc="the norm's ``bias`` initializer; ``None``: zeros."),
+     *_dense_inits("linear", "torch ``nn.Linear``'s")),
+    _check_scale,
+)
+
+
+def scale_specs(cfg: Any, cond_features: int) -> dict[str, Any]:
+    def lin(n_in: int, n_out: int) -> dict[str, Any]:
+        return dense_specs(n_in, n_out, use_bias=cfg.use_bias, kernel_init=cfg.linear_kernel_init,
+                           bias_init=cfg.linear_bias_init)
+
+    specs: dict[str, Any] = {"linear_1": lin(cond_features, cfg.features)}
+    specs.update(M._norm_params_specs(cfg, cfg.features, cfg.norm_type, ln_bias=cfg.use_bias))
+    if cfg.out_features is not None:
+        specs["linear_2"] = lin(cfg.features, cfg.out_features)
+    return specs
+
+
+def apply_scale(params: Params, x: Array, cond: Array, cfg: Any) -> tuple[Array, Stats]:
+    """``norm(x) * (1 + linear_1(SiLU(cond)))``, then ``linear_2``."""
+    fn = "jln AdaLNScale"
+    _checks.check_floating(x, fn)
+    _checks.check_floating(cond, fn, "cond")
+    dt = compute_dtype(cfg.dtype, x)  # diffusers casts SiLU(cond) to x's dtype
+    xi = _cast_in(x, cfg.dtype)
+    h = dense(params["linear_1"], silu(cond).astype(dt), dt, fn, "cond")
+    y, _ = modulated_norm(xi, h, cfg, params.get("norm", {}), order="scale_only", norm_type=cfg.norm_type)
+    if "linear_2" in params:
+        y = dense(params["linear_2"], y, y.dtype, fn, "the modulated x")
+    y = _cast_out(y, cfg.dtype)
+    return y, _record(cfg.monitor, xi, y, -1, fn)
+
+
+ADA_LN_SCALE = Kind(
+    "AdaLNScale", AdaLNScaleConfig, scale_specs, apply_scale, ("x", "cond"),
+    doc="Scale-only adaptive norm (diffusers ``LuminaLayerNormContinuous``, ``MochiLayerNormContinuous``).\n\n"
+        "``scale = linear_1(SiLU(cond))`` (in ``x``'s dtype); ``norm(x) * (1 + scale)``, then the optional "
+        "``linear_2``. ``norm`` is a LayerNorm (:func:`jln.adaptive_layer_norm`) or diffusers' RMSNorm "
+        "(:func:`jln.adaptive_rms_norm`, ``fp32_rms_norm``: Mochi's float32 modulation).",
+    returns="(``__call__(x, cond)``): array like ``x`` (last axis ``out_features`` with ``linear_2``).",
+    raises="TypeError, ValueError: non-floating inputs, mismatched sizes, an unknown ``norm_type``, "
+           "``fp32_rms_norm`` with ``elementwise_affine``.",
+    examples=(_LINEN + "  >>> m = jnn.AdaLNScale(features=8, out_features=3)\n  >>> x, c = jnp.ones((2, 5, 8)), "
+              "jnp.ones((2, 4))\n  >>> m.apply(m.init(jax.random.key(0), x, c), x, c).shape\n  (2, 5, 3)",
+              _NNX + "  >>> jnnx.AdaLNScale(4, 8, rngs=nnx.Rngs(0))(jnp.ones((2, 5, 8)), "
+              "jnp.ones((2, 4))).shape\n  (2, 5, 8)"),
+    rngs_doc="``nnx.Rngs`` for the Dense kernel init.",
+    shapes=(Shape("cond_features", "int", "size of ``cond``'s last axis.", 1,
+                  lambda v, fn: check_positive(v, "cond_features", fn), M._infer_last),),
+    positional=1,
+)
+
+# --------------------------------------------------------------------------- GlobalResponseNorm
+
+_GRN_SPATIAL = Option("spatial_axes", "Any", (1, 2), "the axes the response norm ``||x||_2`` runs over "
+                      "(torch's ``dim=(1, 2)`` for ``[N, H, W, C]``); channels are the last axis.")
+
+
+def _check_grn(cfg: Any) -> None:
+    fn = "jln GlobalResponseNorm"
+    if isinstance(cfg.spatial_axes, list):
+        object.__setattr__(cfg, "spatial_axes", tuple(cfg.spatial_axes))
+    _checks.check_eps(cfg.eps, fn)
+    check_inits(cfg, fn, ("gamma_init", "beta_init"))
+    _check_common(cfg, fn)
+
+
+GlobalResponseNormConfig = make_config(
+    "GlobalResponseNormConfig",
+    (_GRN_SPATIAL, EPS.but(default=1e-6, doc="added to the channel mean of the response norm (1e-6)."),
+     *COMPUTE,
+     Option("gamma_init", "Any", None, "initializer of ``gamma``; ``None``: zeros (the identity)."),
+     Option("beta_init", "Any", None, "initializer of ``beta``; ``None``: zeros.")),
+    _check_grn,
+)
+
+
+def grn_specs(cfg: Any, num_features: int) -> dict[str, Any]:
+    return {"gamma": M.ParamSpec((num_features,), cfg.gamma_init or zeros),
+            "beta": M.ParamSpec((num_features,), cfg.beta_init or zeros)}
+
+
+def apply_grn(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
+    fn = "jln GlobalResponseNorm"
+    xi = _cast_in(x, cfg.dtype)
+    y = global_response_norm(xi, params["gamma"], params["beta"], spatial_axes=cfg.spatial_axes, eps=cfg.eps)
+    y = _cast_out(y, cfg.dtype)
+    return y, _record(cfg.monitor, xi, y, cfg.spatial_axes, fn)
+
+
+def _check_channels(cfg: Any, x: Array, n: int, fn: str) -> None:
+    _checks.check_floating(x, fn)
+    if x.ndim == 0 or x.shape[-1] != n:
+        raise ValueError(
+            f"{fn}: the module was built for {n} channels (x's last axis); received "
+            f"x.shape={tuple(x.shape)}."
+        )
+
+
+GLOBAL_RESPONSE_NORM = Kind(
+    "GlobalResponseNorm", GlobalResponseNormConfig, grn_specs, apply_grn, ("x",),
+    doc="Global response normalization (ConvNeXt-V2; diffusers ``GlobalResponseNorm``), channels last.\n\n"
+        "``G = ||x||_2`` over ``spatial_axes``; ``y = gamma * (x * G / (mean_c(G) + eps)) + beta + x`` "
+        "with torch's rounding (:func:`jln.global_response_norm`); ``gamma`` and ``beta`` start at 0.",
+    returns="(``__call__(x)``): array like ``x``; dtype ``x.dtype`` promoted with the parameters' (or "
+            "``dtype``).",
+    raises="TypeError, ValueError: as :func:`jln.global_response_norm` (NNX: also an ``x`` whose last "
+           "axis is not ``num_features``).",
+    examples=(_LINEN + "  >>> x = jnp.ones((1, 4, 4, 8))\n  >>> m = jnn.GlobalResponseNorm()\n  >>> "
+              "bool((m.apply(m.init(jax.random.key(0), x), x) == x).all())\n  True",
+              _NNX + "  >>> jnnx.GlobalResponseNorm(8)(jnp.ones((1, 4, 4, 8))).shape\n  (1, 4, 4, 8)"),
+    rngs_doc=_NORM_RNGS,
+    shapes=(Shape("num_features", "int", "channels, ``x``'s last axis.", 0,
+                  lambda v, fn: check_positive(v, "num_features", fn), M._infer_last, _check_channels),),
+)
+
+# --------------------------------------------------------------------------- LpNorm
+
+
+def _check_lp(cfg: Any) -> None:
+    fn = "jln LpNorm"
+    _check_p(cfg.p, fn)
+    if isinstance(cfg.axis, list):
+        object.__setattr__(cfg, "axis", tuple(cfg.axis))
+    _checks.check_eps(cfg.eps, fn)
+    if cfg.dtype is not None and not jnp.issubdtype(jnp.dtype(cfg.dtype), jnp.floating):
+        raise TypeError(f"{fn}: `dtype` must be a floating dtype or None; received {cfg.dtype!r}.")
+
+
+LpNormConfig = make_config(
+    "LpNormConfig",
+    (Option("p", "float", 2.0, "the norm's exponent (positive, or ``float('inf')``)."),
+     Option("axis", "Axis", -1, "axis or axes the norm runs over (torch's ``dim``)."),
+     EPS.but(default=1e-12, doc="floor of the norm (torch's 1e-12)."), DTYPE, PARAM_DTYPE),
+    _check_lp,
+)
+
+
+def lp_specs(cfg: Any) -> dict[str, Any]:
+    return {}
+
+
+def apply_lp(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
+    y = lp_normalize(_cast_in(x, cfg.dtype), p=cfg.p, axis=cfg.axis, eps=cfg.eps)
+    return _cast_out(y, cfg.dtype), None
+
+
+LP_NORM = Kind(
+    "LpNorm", LpNormConfig, lp_specs, apply_lp, ("x",),
+    doc="Lp normalization, ``x / max(||x||_p, eps)`` (``torch.nn.functional.normalize``; diffusers "
+        "``LpNorm``); no parameters. Calls :func:`jln.lp_normalize`.",
+    returns="(``__call__(x)``): array like ``x`` (or ``dtype``).",
+    raises="TypeError, ValueError: as :func:`jln.lp_normalize`.",
+    examples=(_LINEN + "  >>> x = jnp.array([[3.0, 4.0]])\n  >>> jnn.LpNorm().apply({}, x)\n  "
+              "Array([[0.6, 0.8]], dtype=float32)",
+              _NNX + "  >>> jnnx.LpNorm()(jnp.array([[3.0, 4.0]]))\n  Array([[0.6, 0.8]], dtype=float32)"),
+    rngs_doc="unused (no parameters).",
+)
+
+KINDS = (ADA_LN_ZERO_JOINT, ADA_LN_SCALE, GLOBAL_RESPONSE_NORM, LP_NORM)
+
+__all__ = ["ADA_LN_SCALE", "ADA_LN_ZERO_JOINT", "GLOBAL_RESPONSE_NORM", "KINDS", "LP_NORM"]
