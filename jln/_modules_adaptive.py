@@ -12,10 +12,12 @@ Norm math is only ever :func:`jln.adaptive_layer_norm`, :func:`jln.adaptive_rms_
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jln import _checks
 from jln import _modules as M
@@ -319,6 +321,124 @@ LP_NORM = Kind(
     rngs_doc="unused (no parameters).",
 )
 
-KINDS = (ADA_LN_ZERO_JOINT, ADA_LN_SCALE, GLOBAL_RESPONSE_NORM, LP_NORM)
+# --------------------------------------------------------------------------- AdaLNSingle
 
-__all__ = ["ADA_LN_SCALE", "ADA_LN_ZERO_JOINT", "GLOBAL_RESPONSE_NORM", "KINDS", "LP_NORM"]
+#: PixArt's sinusoidal projection width (diffusers ``Timesteps(num_channels=256)``)
+TIME_CHANNELS = 256
+
+
+def timestep_embedding(t: Array, channels: int = TIME_CHANNELS, *, max_period: float = 10000.0) -> Array:
+    """diffusers' ``get_timestep_embedding(t, channels, flip_sin_to_cos=True,
+    downscale_freq_shift=0)`` in float32: ``[cos(t * f), sin(t * f)]`` with
+    ``f = exp(-log(max_period) * arange(channels // 2) / (channels // 2))``, each op rounded
+    to float32 as torch evaluates it (sin and cos may differ from torch's in the last bit)."""
+    f32 = jnp.float32
+    half = channels // 2
+    # the frequencies are constants: torch's float32 exponent, its exp correctly rounded (torch's
+    # own exp agrees on 126 of PixArt's 128; XLA's float32 exp on 111)
+    exponent = (np.float32(-math.log(max_period)) * np.arange(half, dtype=np.float32)) / np.float32(half)
+    freqs = jnp.asarray(np.exp(exponent.astype(np.float64)).astype(np.float32))
+    arg = t.astype(f32)[:, None] * freqs[None, :]
+    emb = jnp.concatenate([jnp.cos(arg), jnp.sin(arg)], axis=-1)
+    if channels % 2:
+        emb = jnp.pad(emb, ((0, 0), (0, 1)))
+    return emb
+
+
+def _check_single(cfg: Any) -> None:
+    fn = "jln AdaLNSingle"
+    check_inits(cfg, fn, ("kernel_init", "bias_init"))
+    set_positive(cfg, ("features",), fn)
+    if cfg.use_additional_conditions and cfg.features % 3:
+        raise ValueError(
+            f"{fn}: with use_additional_conditions the resolution (2 values) and aspect ratio embed "
+            f"into features // 3 each and must add up to `features`, so `features` must be a multiple "
+            f"of 3; received {cfg.features}."
+        )
+    _check_common(cfg, fn)
+
+
+AdaLNSingleConfig = make_config(
+    "AdaLNSingleConfig",
+    (FEATURES.but(doc="d, the embedding size (PixArt's ``embedding_dim``)."),
+     Option("use_additional_conditions", "bool", False, "embed the resolution and aspect ratio too "
+            "(PixArt-alpha at 1024 px)."),
+     *COMPUTE, *M.INITS),
+    _check_single,
+)
+
+
+def single_specs(cfg: Any) -> dict[str, Any]:
+    d = cfg.features
+
+    def mlp(n_out: int) -> dict[str, Any]:
+        return {"linear_1": dense_specs(TIME_CHANNELS, n_out, kernel_init=cfg.kernel_init, bias_init=cfg.bias_init),
+                "linear_2": dense_specs(n_out, n_out, kernel_init=cfg.kernel_init, bias_init=cfg.bias_init)}
+
+    emb = {"timestep_embedder": mlp(d)}
+    if cfg.use_additional_conditions:
+        emb.update(resolution_embedder=mlp(d // 3), aspect_ratio_embedder=mlp(d // 3))
+    return {"emb": emb, "linear": dense_specs(d, 6 * d, kernel_init=cfg.kernel_init, bias_init=cfg.bias_init)}
+
+
+def _mlp(p: Params, v: Array, dt: Any, fn: str) -> Array:
+    return dense(p["linear_2"], silu(dense(p["linear_1"], v, dt, fn)), dt, fn)
+
+
+def apply_single(
+    params: Params, timestep: Array, cfg: Any, resolution: Array | None = None, aspect_ratio: Array | None = None,
+    hidden_dtype: Any = None,
+) -> tuple[tuple[Array, Array], Stats]:
+    """PixArt's adaLN-single: ``cond = MLP(sinusoid(t))`` (+ the size embeddings);
+    returns ``(linear(SiLU(cond)), cond)``."""
+    fn = "jln AdaLNSingle"
+    t = jnp.asarray(timestep)
+    if t.ndim != 1:
+        raise ValueError(f"{fn}: `timestep` must be 1-D [B] (one per example); received shape {tuple(t.shape)}.")
+    # diffusers casts the float32 sinusoid to `hidden_dtype` (None: kept float32)
+    dt = jnp.dtype(hidden_dtype or cfg.dtype or jnp.float32)
+    e = params["emb"]
+    cond = _mlp(e["timestep_embedder"], timestep_embedding(t).astype(dt), dt, fn)
+    if cfg.use_additional_conditions:
+        if resolution is None or aspect_ratio is None:
+            raise ValueError(f"{fn}: use_additional_conditions=True needs `resolution` [B, 2] and "
+                             f"`aspect_ratio` [B, 1]; received resolution={resolution!r}, "
+                             f"aspect_ratio={aspect_ratio!r}.")
+        b = t.shape[0]
+        sizes = [
+            _mlp(e[name], timestep_embedding(jnp.asarray(v).reshape(-1)).astype(dt), dt, fn).reshape(b, -1)
+            for name, v in (("resolution_embedder", resolution), ("aspect_ratio_embedder", aspect_ratio))
+        ]
+        extra = jnp.concatenate(sizes, axis=1)
+        if extra.shape[1] != cond.shape[1]:
+            raise ValueError(f"{fn}: `resolution` and `aspect_ratio` must hold 2 and 1 values per example; "
+                             f"received shapes {jnp.shape(resolution)} and {jnp.shape(aspect_ratio)}.")
+        cond = (cond + extra.astype(cond.dtype)).astype(cond.dtype)
+    out = dense(params["linear"], silu(cond), cond.dtype, fn)
+    return (out, cond), None
+
+
+ADA_LN_SINGLE = Kind(
+    "AdaLNSingle", AdaLNSingleConfig, single_specs, apply_single, ("timestep",),
+    doc="PixArt's adaLN-single (diffusers ``AdaLayerNormSingle``): the one timestep embedding that "
+        "all blocks' ``scale_shift_table`` modulations share; it normalizes nothing itself.\n\n"
+        "``cond = linear_2(SiLU(linear_1(sinusoid(t))))`` (the sinusoid of 256 channels, cos then sin, "
+        "in float32, cast to ``hidden_dtype``), plus the resolution and aspect-ratio embeddings with "
+        "``use_additional_conditions``; returns ``(linear(SiLU(cond)), cond)``, the ``[B, 6d]`` "
+        "modulation and the embedded timestep.",
+    returns="(``__call__(timestep, resolution=None, aspect_ratio=None, hidden_dtype=None)``, torch's "
+            "arguments): ``([B, 6 * features], [B, features])`` in ``hidden_dtype`` (default ``dtype``, "
+            "else float32).",
+    raises="ValueError: a ``timestep`` that is not 1-D, missing or misshapen size conditions, "
+           "``features`` not a multiple of 3 with ``use_additional_conditions``.",
+    examples=(_LINEN + "  >>> m = jnn.AdaLNSingle(features=8)\n  >>> t = jnp.array([1.0, 500.0])\n  >>> "
+              "[o.shape for o in m.apply(m.init(jax.random.key(0), t), t)]\n  [(2, 48), (2, 8)]",
+              _NNX + "  >>> m = jnnx.AdaLNSingle(8, rngs=nnx.Rngs(0))\n  >>> [o.shape for o in "
+              "m(jnp.array([1.0, 500.0]))]\n  [(2, 48), (2, 8)]"),
+    rngs_doc="``nnx.Rngs`` for the Dense kernel init.",
+    call_options=(("resolution", None), ("aspect_ratio", None), ("hidden_dtype", None)), positional=1,
+)
+
+KINDS = (ADA_LN_ZERO_JOINT, ADA_LN_SCALE, GLOBAL_RESPONSE_NORM, LP_NORM, ADA_LN_SINGLE)
+
+__all__ = ["ADA_LN_SCALE", "ADA_LN_SINGLE", "ADA_LN_ZERO_JOINT", "GLOBAL_RESPONSE_NORM", "KINDS", "LP_NORM"]

@@ -36,6 +36,7 @@ __all__ = [
     "AdaLNScale",
     "GlobalResponseNorm",
     "LpNorm",
+    "AdaLNSingle",
 ]
 
 
@@ -177,4 +178,8 @@ class GlobalResponseNorm(_Module, kind=MA.GLOBAL_RESPONSE_NORM):
 
 
 class LpNorm(_Module, kind=MA.LP_NORM):
+    pass
+
+
+class AdaLNSingle(_Module, kind=MA.ADA_LN_SINGLE):
     pass

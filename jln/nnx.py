@@ -35,6 +35,7 @@ __all__ = [
     "AdaLNScale",
     "GlobalResponseNorm",
     "LpNorm",
+    "AdaLNSingle",
 ]
 
 
@@ -230,4 +231,8 @@ class GlobalResponseNorm(_Module, kind=MA.GLOBAL_RESPONSE_NORM):
 
 
 class LpNorm(_Module, kind=MA.LP_NORM):
+    pass
+
+
+class AdaLNSingle(_Module, kind=MA.ADA_LN_SINGLE):
     pass

@@ -367,3 +367,60 @@ def test_new_modules_init_as_torch() -> None:
     for n in (9, 4):
         outs = jnnx.AdaLNZero(8, 8, num_chunks=n, norm_type="rms_norm" if n == 4 else "layer_norm")(x, c)
         assert len(outs) == {9: 7, 4: 4}[n] and all((o == 0).all() for o in outs[1:] if o.ndim == 2)
+
+
+# --------------------------------------------------------------------------- AdaLayerNormSingle
+
+
+def _single(add: bool, dt: Any) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    m = _randomise(_norm("AdaLayerNormSingle")(48, use_additional_conditions=add), 0).to(dt)
+    t = torch.tensor([3.0, 999.0, 250.5])
+    res, ar = torch.tensor([[1024.0, 1024.0], [512.0, 768.0], [256.0, 256.0]]), torch.tensor([[1.0], [0.66], [1.0]])
+    tk = {"added_cond_kwargs": {"resolution": res, "aspect_ratio": ar}} if add else {}
+    jk = {"resolution": _jax(res), "aspect_ratio": _jax(ar)} if add else {}
+    return m, {"timestep": t, "batch_size": 3, "hidden_dtype": dt, **tk}, {"timestep": _jax(t), **jk,
+                                                                           "hidden_dtype": jnp.dtype(str(dt)[6:])}
+
+
+@pytest.mark.parametrize(("add", "dt"), _grid([(a, d) for a in (False, True) for d in ("float32", "bfloat16")],
+                                              lambda a, d: a and d == "bfloat16"))
+def test_ada_layer_norm_single(add: bool, dt: str) -> None:
+    """PixArt's adaLN-single: bfloat16 bit-exact; float32 within the sinusoid's float32 error
+    (torch's exp, sin and cos differ from XLA's in the last bit: ~3e-5 at t = 999)."""
+    m, tk, jk = _single(add, getattr(torch, dt))
+    with torch.no_grad():
+        want = m(**tk)
+    lin, variables = from_torch(m)
+    outs = [lin.apply(variables, **jk), from_torch(m, api="nnx")(**jk)]
+    for got in outs:
+        for a, b in zip(got, want, strict=True):
+            if dt == "bfloat16":
+                assert_same((a,), (b,), BF16)
+            else:
+                np.testing.assert_allclose(np.asarray(a), b.numpy(), rtol=0, atol=2e-5 * float(b.abs().max()))
+    for a, b in zip(*outs, strict=True):
+        np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
+    sd = to_torch_state_dict(variables, lin)
+    fresh = _norm("AdaLayerNormSingle")(48, use_additional_conditions=add).to(getattr(torch, dt))
+    fresh.load_state_dict(sd, strict=True)
+    assert all(torch.equal(sd[k], v) for k, v in m.state_dict().items())
+
+
+def test_ada_layer_norm_single_checks() -> None:
+    m, _, jk = _single(True, F32)
+    lin, variables = from_torch(m)
+    with pytest.raises(ValueError, match="resolution"):
+        lin.apply(variables, jk["timestep"])
+    with pytest.raises(ValueError, match="1-D"):
+        lin.apply(variables, jk["timestep"][:, None], jk["resolution"], jk["aspect_ratio"])
+    with pytest.raises(ValueError, match="multiple of 3"):
+        jnnx.AdaLNSingle(8, use_additional_conditions=True, rngs=jax_rngs())
+    m.emb.time_proj.flip_sin_to_cos = False
+    with pytest.raises(ValueError, match="PixArt"):
+        from_torch(m)
+
+
+def jax_rngs() -> Any:
+    from flax import nnx
+
+    return nnx.Rngs(0)

@@ -250,7 +250,12 @@ def _sd_named(p: Params) -> dict[str, Any]:
     and ``.bias``, a norm's ``scale``/``bias`` as ``<name>.weight``/``.bias``."""
     out: dict[str, Any] = {}
     for name, sub in p.items():
-        out.update(_sd_linear(sub, name + ".") if "kernel" in sub else _sd_affine(sub, name + "."))
+        if "kernel" in sub:
+            out.update(_sd_linear(sub, name + "."))
+        elif any(isinstance(v, dict) for v in sub.values()):  # a group of layers (PixArt's emb)
+            out.update({f"{name}.{k}": v for k, v in _sd_named(sub).items()})
+        else:
+            out.update(_sd_affine(sub, name + "."))
     return out
 
 
@@ -289,6 +294,7 @@ LAYOUTS: dict[str, Layout] = {
         ("AdaLNScale", _sd_named),
         ("GlobalResponseNorm", _sd_grn),
         ("LpNorm", lambda p: {}),
+        ("AdaLNSingle", _sd_named),
     )
 }
 
@@ -613,6 +619,33 @@ def _conv_lp(m: Any, fn: str) -> tuple[Spec, Params]:
     return Spec("LpNorm", {}, (), dict(p=float(p), axis=dim, eps=float(m.eps))), {}
 
 
+def _conv_single(m: Any, fn: str) -> tuple[Spec, Params]:
+    """diffusers ``AdaLayerNormSingle`` (PixArt): its timestep embedding as built by diffusers
+    (256 sinusoid channels, cos first, SiLU MLPs with biases) and its ``linear``."""
+    e = m.emb
+    tp = e.time_proj
+    mlps = ["timestep_embedder"] + (["resolution_embedder", "aspect_ratio_embedder"]
+                                    if e.use_additional_conditions else [])
+    projs = [tp] + ([e.additional_condition_proj] if e.use_additional_conditions else [])
+    standard = all(
+        (t.num_channels, t.flip_sin_to_cos, float(t.downscale_freq_shift), float(t.scale)) == (256, True, 0.0, 1.0)
+        for t in projs
+    ) and all(
+        type(getattr(e, n).act).__name__ == "SiLU" and getattr(e, n).cond_proj is None
+        and getattr(e, n).post_act is None and getattr(e, n).linear_1.bias is not None
+        for n in mlps
+    )
+    if not standard or m.linear.bias is None:
+        raise _unsupported(m, fn, "its timestep embedding is not PixArt's (256 sinusoid channels, cos "
+                           "first, SiLU MLPs with biases)", "Only the configuration diffusers builds.")
+    d = int(m.linear.in_features)
+    emb = {n: {k: _linear(getattr(getattr(e, n), k), fn, f"emb.{n}.{k}.") for k in ("linear_1", "linear_2")}
+           for n in mlps}
+    p: Params = {"emb": emb, "linear": _linear(m.linear, fn, "linear.")}
+    opts = dict(use_additional_conditions=bool(e.use_additional_conditions), param_dtype=_param_dtype(p))
+    return Spec("AdaLNSingle", {"features": d}, (d,), opts), p
+
+
 def _activation_name(m: Any, fn: str) -> str:
     import torch
 
@@ -865,6 +898,13 @@ CONVERTERS: tuple[Converter, ...] = (
         _named(("LpNorm",), ("p", "dim", "eps"), package="diffusers"),
         _conv_lp,
         LAYOUTS["LpNorm"],
+    ),
+    Converter(
+        "diffusers AdaLayerNormSingle (PixArt)",
+        "AdaLNSingle",
+        _named(("AdaLayerNormSingle",), ("emb", "linear"), package="diffusers"),
+        _conv_single,
+        LAYOUTS["AdaLNSingle"],
     ),
 )
 
