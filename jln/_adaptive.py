@@ -34,6 +34,9 @@ ORDERS: dict[str, tuple[str, ...]] = {
     "lumina_zero": ("scale_msa", "gate_msa", "scale_mlp", "gate_mlp"),
     # diffusers CogVideoXLayerNormZero: the video stream's, then the text stream's
     "cogvideox": ("shift", "scale", "gate", "enc_shift", "enc_scale", "enc_gate"),
+    # diffusers CogView3PlusAdaLayerNormZeroTextImage: DiT's six for the image, then the text's
+    "cogview3plus": ("shift_msa", "scale_msa", "gate_msa", "shift_mlp", "scale_mlp", "gate_mlp",
+                     "c_shift_msa", "c_scale_msa", "c_gate_msa", "c_shift_mlp", "c_scale_mlp", "c_gate_mlp"),
     # diffusers LuminaLayerNormContinuous / MochiLayerNormContinuous: a scale alone
     "scale_only": ("scale",),
 }

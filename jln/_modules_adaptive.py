@@ -66,8 +66,23 @@ def _check_joint(cfg: Any) -> None:
     fn = "jln AdaLNZeroJoint"
     check_inits(cfg, fn, ("scale_init", "bias_init", "linear_kernel_init", "linear_bias_init"))
     set_positive(cfg, ("features",), fn)
+    if cfg.num_chunks not in JOINT_LAYOUTS:
+        raise ValueError(f"{fn}: `num_chunks` must be 6 (CogVideoX) or 12 (CogView3-Plus); received "
+                         f"{cfg.num_chunks!r}.")
+    if cfg.num_chunks == 12 and cfg.elementwise_affine:
+        raise ValueError(f"{fn}: num_chunks=12 (CogView3-Plus: two LayerNorms without affine) takes "
+                         f"elementwise_affine=False.")
     _checks.check_eps(cfg.eps, fn)
     _check_common(cfg, fn)
+
+
+#: chunk count -> (order, the x and context chunk pairs (shift, scale), the chunks returned after
+#: x, after context; ``*`` marks a gate returned as ``[B, 1, d]``)
+JOINT_LAYOUTS: dict[int, tuple[str, tuple[str, str], tuple[str, str], tuple[str, ...], tuple[str, ...]]] = {
+    6: ("cogvideox", ("shift", "scale"), ("enc_shift", "enc_scale"), (), ("*gate", "*enc_gate")),
+    12: ("cogview3plus", ("shift_msa", "scale_msa"), ("c_shift_msa", "c_scale_msa"),
+         ("gate_msa", "shift_mlp", "scale_mlp", "gate_mlp"), ("c_gate_msa", "c_shift_mlp", "c_scale_mlp", "c_gate_mlp")),
+}
 
 
 AdaLNZeroJointConfig = make_config(
@@ -76,13 +91,15 @@ AdaLNZeroJointConfig = make_config(
      USE_BIAS.but(doc="the Dense ``linear``'s bias."), *COMPUTE, *ADAPTIVE_DISTRIBUTED,
      SCALE_INIT.but(doc="the LayerNorm's ``scale`` initializer; ``None``: ones."),
      BIAS_INIT.but(doc="the LayerNorm's ``bias`` initializer; ``None``: zeros."),
-     *_dense_inits("linear", "torch ``nn.Linear``'s")),
+     *_dense_inits("linear", "torch ``nn.Linear``'s"),
+     Option("num_chunks", "int", 6, "6 (CogVideoX: shift, scale, gate, enc_shift, enc_scale, enc_gate) or 12 "
+            "(CogView3-Plus: DiT's six for ``x``, then for ``context``; LayerNorms without affine).")),
     _check_joint,
 )
 
 
 def joint_specs(cfg: Any, cond_features: int) -> dict[str, Any]:
-    specs: dict[str, Any] = {"linear": dense_specs(cond_features, 6 * cfg.features, use_bias=cfg.use_bias,
+    specs: dict[str, Any] = {"linear": dense_specs(cond_features, cfg.num_chunks * cfg.features, use_bias=cfg.use_bias,
                                                    kernel_init=cfg.linear_kernel_init,
                                                    bias_init=cfg.linear_bias_init)}
     return {**specs, **M._norm_params_specs(cfg, cfg.features, "layer_norm")}
@@ -103,22 +120,30 @@ def apply_joint(params: Params, x: Array, context: Array, emb: Array, cfg: Any) 
     xi, ci = _cast_in(x, cfg.dtype), _cast_in(context, cfg.dtype)
     h = dense(params["linear"], silu(emb).astype(dt), dt, fn, "emb")
     norm = params.get("norm", {})
-    y, ch = modulated_norm(xi, h, cfg, norm, order="cogvideox", norm_type="layer_norm", use=("shift", "scale"))
-    c, _ = modulated_norm(ci, h, cfg, norm, order="cogvideox", norm_type="layer_norm",
-                          use=("enc_shift", "enc_scale"))
+    order, use_x, use_c, after_x, after_c = JOINT_LAYOUTS[cfg.num_chunks]
+    y, ch = modulated_norm(xi, h, cfg, norm, order=order, norm_type="layer_norm", use=use_x)
+    c, _ = modulated_norm(ci, h, cfg, norm, order=order, norm_type="layer_norm", use=use_c)
     y, c = _cast_out(y, cfg.dtype), _cast_out(c, cfg.dtype)
     stats = _record(cfg.monitor, xi, y, -1, fn)
-    return (y, c, _token_axis(ch["gate"]), _token_axis(ch["enc_gate"])), stats
+
+    def out(n: str) -> Array:
+        return _token_axis(ch[n[1:]]) if n.startswith("*") else ch[n]
+
+    if cfg.num_chunks == 6:  # CogVideoX returns both streams first
+        return (y, c, *(out(n) for n in after_c)), stats
+    return (y, *(out(n) for n in after_x), c, *(out(n) for n in after_c)), stats
 
 
 ADA_LN_ZERO_JOINT = Kind(
     "AdaLNZeroJoint", AdaLNZeroJointConfig, joint_specs, apply_joint, ("x", "context", "emb"),
-    doc="adaLN-Zero over two token streams sharing one LayerNorm (diffusers ``CogVideoXLayerNormZero``).\n\n"
+    doc="adaLN-Zero over two token streams sharing one LayerNorm (diffusers ``CogVideoXLayerNormZero``; "
+        "``CogView3PlusAdaLayerNormZeroTextImage`` with ``num_chunks=12``).\n\n"
         "``(shift, scale, gate, enc_shift, enc_scale, enc_gate) = linear(SiLU(emb))`` in ``emb``'s "
         "dtype; ``x_mod = LN(x) * (1 + scale) + shift`` and ``context_mod = LN(context) * (1 + enc_scale) "
         "+ enc_shift`` (LayerNorm with affine, eps 1e-5), as :func:`jln.adaptive_layer_norm`.",
-    returns="(``__call__(x, context, emb)``): ``(x_mod, context_mod, gate, enc_gate)``; the gates are "
-            "``[B, 1, d]``.",
+    returns="(``__call__(x, context, emb)``): ``(x_mod, context_mod, gate, enc_gate)`` with ``[B, 1, d]`` "
+            "gates (6 chunks); ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp, context_mod, c_gate_msa, "
+            "c_shift_mlp, c_scale_mlp, c_gate_mlp)`` with ``[B, d]`` chunks (12).",
     raises="TypeError, ValueError: non-floating inputs, mismatched sizes, an initializer that is not "
            "callable.",
     examples=(_LINEN + "  >>> m = jnn.AdaLNZeroJoint(features=8)\n  >>> x, t, c = jnp.ones((2, 5, 8)), "

@@ -90,6 +90,9 @@ CASES = [
     Case("CogVideoXLayerNormZero(no affine, no bias)",
          lambda: _norm("CogVideoXLayerNormZero")(COND, D, elementwise_affine=False, bias=False),
          (("x", (2, 5, D)), ("x", (2, 3, D)), ("cond", (2, COND))), modes=("f32", "bf16", "bf16w_f32x")),
+    Case("CogView3PlusAdaLayerNormZeroTextImage", lambda: _norm("CogView3PlusAdaLayerNormZeroTextImage")(COND, D),
+         (("x", (2, 5, D)), ("x", (2, 3, D)), ("cond", (2, COND))), lambda m, x, t, c: m(x, t, emb=c),
+         ("f32", "bf16", "bf16w_f32x")),
     Case("LuminaLayerNormContinuous(out_dim)",
          lambda: _norm("LuminaLayerNormContinuous")(D, COND, elementwise_affine=True, eps=1e-6, out_dim=8)),
     Case("LuminaLayerNormContinuous(rms_norm)",
@@ -111,7 +114,7 @@ FAST = {
     "Qwen2_5_OmniAdaLayerNormZero_Final": "bf16", "AdaLayerNorm(chunk_dim=0)": "bf16", "SD35AdaLayerNormZeroX": "bf16",
     "LuminaRMSNormZero": "bf16", "MochiRMSNormZero": "bf16", "MochiRMSNorm": "bf16",
     "CogVideoXLayerNormZero(no affine, no bias)": "bf16", "MochiLayerNormContinuous": "bf16",
-    "GlobalResponseNorm": "f32w_bf16x", "LpNorm": "bf16",
+    "GlobalResponseNorm": "f32w_bf16x", "LpNorm": "bf16", "CogView3PlusAdaLayerNormZeroTextImage": "bf16",
 }
 SLOW = pytest.mark.slow
 
@@ -180,7 +183,8 @@ def test_round_trip(case_id: str) -> None:
 
 GRAD_CASES = ["SD35AdaLayerNormZeroX", "LuminaRMSNormZero", "MochiRMSNormZero", "CogVideoXLayerNormZero",
               "LuminaLayerNormContinuous(out_dim)", "MochiLayerNormContinuous", "AdaLayerNorm(chunk_dim=0)",
-              "Qwen2_5_OmniAdaLayerNormZero_Final", "GlobalResponseNorm", "LpNorm(p=1, dim=1)"]
+              "Qwen2_5_OmniAdaLayerNormZero_Final", "GlobalResponseNorm", "LpNorm(p=1, dim=1)",
+              "CogView3PlusAdaLayerNormZeroTextImage"]
 
 
 @pytest.mark.parametrize("case_id", _grid([(i,) for i in GRAD_CASES], lambda i: i == "MochiRMSNormZero"))

@@ -556,6 +556,21 @@ def _conv_mochi_rms(m: Any, fn: str) -> tuple[Spec, Params]:
     return Spec("RMSNorm", {}, (dim[0],), opts), p
 
 
+def _conv_cogview3plus(m: Any, fn: str) -> tuple[Spec, Params]:
+    """diffusers ``CogView3PlusAdaLayerNormZeroTextImage``: two LayerNorms without affine of one
+    eps compute as one."""
+    eps = _plain_norm_eps(m, m.norm_x, fn)
+    if _plain_norm_eps(m, m.norm_c, fn) != eps or m.norm_c.normalized_shape != m.norm_x.normalized_shape:
+        raise _unsupported(m, fn, "norm_x and norm_c differ", "Give both the same size and eps.")
+    d, lin = int(m.norm_x.normalized_shape[0]), m.linear
+    if lin.out_features != 12 * d:
+        raise _unsupported(m, fn, f"linear.out_features={lin.out_features} != 12*{d}", "")
+    p: Params = {"linear": _linear(lin, fn, "linear.")}
+    opts = dict(num_chunks=12, eps=eps, elementwise_affine=False, use_bias=lin.bias is not None,
+                param_dtype=_param_dtype(p))
+    return Spec("AdaLNZeroJoint", {"features": d}, (int(lin.in_features), d), opts), p
+
+
 def _conv_joint(m: Any, fn: str) -> tuple[Spec, Params]:
     norm, lin = m.norm, m.linear
     if type(norm).__name__ != "LayerNorm" or len(norm.normalized_shape) != 1:
@@ -905,6 +920,13 @@ CONVERTERS: tuple[Converter, ...] = (
         _named(("AdaLayerNormSingle",), ("emb", "linear"), package="diffusers"),
         _conv_single,
         LAYOUTS["AdaLNSingle"],
+    ),
+    Converter(
+        "diffusers CogView3PlusAdaLayerNormZeroTextImage",
+        "AdaLNZeroJoint(num_chunks=12)",
+        _named(("CogView3PlusAdaLayerNormZeroTextImage",), ("linear", "norm_x", "norm_c"), package="diffusers"),
+        _conv_cogview3plus,
+        LAYOUTS["AdaLNZeroJoint"],
     ),
 )
 
