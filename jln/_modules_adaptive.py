@@ -373,7 +373,7 @@ def timestep_embedding(t: Array, channels: int = TIME_CHANNELS, *, max_period: f
 def _check_single(cfg: Any) -> None:
     fn = "jln AdaLNSingle"
     check_inits(cfg, fn, ("kernel_init", "bias_init"))
-    set_positive(cfg, ("features",), fn)
+    set_positive(cfg, ("features", "num_chunks"), fn)
     if cfg.use_additional_conditions and cfg.features % 3:
         raise ValueError(
             f"{fn}: with use_additional_conditions the resolution (2 values) and aspect ratio embed "
@@ -388,7 +388,9 @@ AdaLNSingleConfig = make_config(
     (FEATURES.but(doc="d, the embedding size (PixArt's ``embedding_dim``)."),
      Option("use_additional_conditions", "bool", False, "embed the resolution and aspect ratio too "
             "(PixArt-alpha at 1024 px)."),
-     *COMPUTE, *M.INITS),
+     *COMPUTE, *M.INITS,
+     Option("num_chunks", "int", 6, "modulation chunks ``linear`` produces (PixArt: 6; LTX-2's "
+            "``num_mod_params``).")),
     _check_single,
 )
 
@@ -403,7 +405,7 @@ def single_specs(cfg: Any) -> dict[str, Any]:
     emb = {"timestep_embedder": mlp(d)}
     if cfg.use_additional_conditions:
         emb.update(resolution_embedder=mlp(d // 3), aspect_ratio_embedder=mlp(d // 3))
-    return {"emb": emb, "linear": dense_specs(d, 6 * d, kernel_init=cfg.kernel_init, bias_init=cfg.bias_init)}
+    return {"emb": emb, "linear": dense_specs(d, cfg.num_chunks * d, kernel_init=cfg.kernel_init, bias_init=cfg.bias_init)}
 
 
 def _mlp(p: Params, v: Array, dt: Any, fn: str) -> Array:
@@ -452,7 +454,7 @@ ADA_LN_SINGLE = Kind(
         "``use_additional_conditions``; returns ``(linear(SiLU(cond)), cond)``, the ``[B, 6d]`` "
         "modulation and the embedded timestep.",
     returns="(``__call__(timestep, resolution=None, aspect_ratio=None, hidden_dtype=None)``, torch's "
-            "arguments): ``([B, 6 * features], [B, features])`` in ``hidden_dtype`` (default ``dtype``, "
+            "arguments): ``([B, num_chunks * features], [B, features])`` in ``hidden_dtype`` (default ``dtype``, "
             "else float32).",
     raises="ValueError: a ``timestep`` that is not 1-D, missing or misshapen size conditions, "
            "``features`` not a multiple of 3 with ``use_additional_conditions``.",

@@ -410,6 +410,18 @@ def test_ada_layer_norm_single(add: bool, dt: str) -> None:
     assert all(torch.equal(sd[k], v) for k, v in m.state_dict().items())
 
 
+def test_ltx2_ada_layer_norm_single_is_recognised_by_its_code() -> None:
+    cls = _cls("diffusers.models.transformers.transformer_ltx2", "LTX2AdaLayerNormSingle")
+    m = _randomise(cls(48, num_mod_params=2), 0).to(BF16)
+    t = torch.tensor([3.0, 999.0])
+    with torch.no_grad():
+        want = m(t, batch_size=2, hidden_dtype=BF16)
+    mod = from_torch(m, api="nnx")
+    assert mod.cfg.num_chunks == 2
+    assert_same(tuple(mod(_jax(t), hidden_dtype=jnp.bfloat16)), tuple(want), BF16)
+    assert sorted(to_torch_state_dict(mod)) == sorted(m.state_dict())
+
+
 def test_ada_layer_norm_single_checks() -> None:
     m, _, jk = _single(True, F32)
     lin, variables = from_torch(m)

@@ -157,6 +157,28 @@ def _same_code_as(module: str, name: str, attrs: tuple[str, ...]) -> Callable[[A
     return recognise
 
 
+def _diffusers_same_code(module: str, name: str, attrs: tuple[str, ...]) -> Callable[[Any], bool]:
+    """``name`` in diffusers' ``module``, or any diffusers class (every attribute in ``attrs``
+    present) whose ``forward`` is, as code, that class's: the model files that repeat it under
+    their own names (LTX-2's ``LTX2AdaLayerNormSingle``...). The converter still checks the
+    submodules."""
+
+    def recognise(m: Any) -> bool:
+        t = type(m)
+        if t.__module__.split(".")[0] != "diffusers" or not all(hasattr(m, a) for a in attrs):
+            return False
+        try:
+            ref = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            return False
+        if t is ref:
+            return True
+        mine = _code(t)
+        return mine is not None and mine == _code(ref)
+
+    return recognise
+
+
 def _hf_norm(names: tuple[str, ...], model: str, attrs: tuple[str, ...]) -> Callable[[Any], bool]:
     """A transformers norm by one of ``names``, or by the code of ``names[0]`` in
     ``transformers.models.<model>`` (:func:`_same_code_as`)."""
@@ -654,10 +676,13 @@ def _conv_single(m: Any, fn: str) -> tuple[Spec, Params]:
         raise _unsupported(m, fn, "its timestep embedding is not PixArt's (256 sinusoid channels, cos "
                            "first, SiLU MLPs with biases)", "Only the configuration diffusers builds.")
     d = int(m.linear.in_features)
+    if m.linear.out_features % d:
+        raise _unsupported(m, fn, f"linear.out_features={m.linear.out_features} is not a multiple of {d}", "")
     emb = {n: {k: _linear(getattr(getattr(e, n), k), fn, f"emb.{n}.{k}.") for k in ("linear_1", "linear_2")}
            for n in mlps}
     p: Params = {"emb": emb, "linear": _linear(m.linear, fn, "linear.")}
-    opts = dict(use_additional_conditions=bool(e.use_additional_conditions), param_dtype=_param_dtype(p))
+    opts = dict(use_additional_conditions=bool(e.use_additional_conditions),
+                num_chunks=int(m.linear.out_features) // d, param_dtype=_param_dtype(p))
     return Spec("AdaLNSingle", {"features": d}, (d,), opts), p
 
 
@@ -915,9 +940,9 @@ CONVERTERS: tuple[Converter, ...] = (
         LAYOUTS["LpNorm"],
     ),
     Converter(
-        "diffusers AdaLayerNormSingle (PixArt)",
+        "diffusers AdaLayerNormSingle (PixArt), and any diffusers class whose code is its (LTX-2's)",
         "AdaLNSingle",
-        _named(("AdaLayerNormSingle",), ("emb", "linear"), package="diffusers"),
+        _diffusers_same_code("diffusers.models.normalization", "AdaLayerNormSingle", ("emb", "linear")),
         _conv_single,
         LAYOUTS["AdaLNSingle"],
     ),
