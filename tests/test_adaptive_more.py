@@ -30,10 +30,12 @@ pytest.importorskip("diffusers")
 from jln._compare import to_numpy  # noqa: E402
 from jln.interop import from_torch, to_torch_state_dict  # noqa: E402
 
-from .test_interop import MODES, _jax, _randomise, _tuple, assert_same  # noqa: E402
+from .test_interop import MODES as _MODES  # noqa: E402
+from .test_interop import _jax, _randomise, _tuple, assert_same, parity  # noqa: E402
 
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 D, COND = 32, 16
+MODES = {**_MODES, "f16": (F16, F16)}
 
 
 def _cls(path: str, name: str) -> Any:
@@ -68,43 +70,43 @@ CASES = [
     Case("Qwen2_5_OmniAdaLayerNormZero", lambda: _omni("Qwen2_5_OmniAdaLayerNormZero")(D),
          (("x", (2, 5, D)), ("cond", (2, D))), lambda m, x, c: m(x, emb=c), ("f32", "bf16", "bf16w_f32x")),
     Case("Qwen2_5_OmniAdaLayerNormZero_Final", lambda: _omni("Qwen2_5_OmniAdaLayerNormZero_Final")(D),
-         (("x", (2, 5, D)), ("cond", (2, D))), modes=("f32", "bf16", "bf16w_f32x")),
+         (("x", (2, 5, D)), ("cond", (2, D))), modes=("f32", "bf16", "bf16w_f32x", "f16")),
     Case("AdaLayerNorm(chunk_dim=1, affine)",
          lambda: _norm("AdaLayerNorm")(COND, output_dim=2 * D, norm_elementwise_affine=True, chunk_dim=1),
          call=lambda m, x, c: m(x, temb=c)),
     Case("AdaLayerNorm(chunk_dim=0)", lambda: _norm("AdaLayerNorm")(COND, output_dim=2 * D, norm_eps=1e-6),
          (("x", (2, 5, D)), ("cond", (COND,))), lambda m, x, c: m(x, temb=c), ("f32", "bf16", "bf16w_f32x")),
     Case("SD35AdaLayerNormZeroX", lambda: _norm("SD35AdaLayerNormZeroX")(D),
-         (("x", (2, 5, D)), ("cond", (2, D))), lambda m, x, c: m(x, emb=c), ("f32", "bf16", "bf16w_f32x")),
+         (("x", (2, 5, D)), ("cond", (2, D))), lambda m, x, c: m(x, emb=c), ("f32", "bf16", "bf16w_f32x", "f16")),
     Case("LuminaRMSNormZero", lambda: _norm("LuminaRMSNormZero")(D, norm_eps=1e-5, norm_elementwise_affine=True),
          (("x", (2, 5, D)), ("cond", (2, D))), lambda m, x, c: m(x, emb=c),
-         ("f32", "bf16", "bf16w_f32x", "f32w_bf16x")),
+         ("f32", "bf16", "bf16w_f32x", "f32w_bf16x", "f16")),
     Case("MochiRMSNormZero", lambda: _mochi("MochiRMSNormZero")(COND, 4 * D, eps=1e-5),
-         modes=("f32", "bf16", "bf16w_f32x", "f32w_bf16x")),
+         modes=("f32", "bf16", "bf16w_f32x", "f32w_bf16x", "f16")),
     Case("MochiRMSNorm", lambda: _norm("MochiRMSNorm")(D, eps=1e-5), (("x", (2, 5, D)),),
-         modes=("f32", "bf16", "bf16w_f32x", "f32w_bf16x")),
+         modes=("f32", "bf16", "bf16w_f32x", "f32w_bf16x", "f16")),
     Case("MochiRMSNorm(no weight)", lambda: _norm("MochiRMSNorm")(D, eps=1e-6, elementwise_affine=False),
          (("x", (2, 5, D)),)),
     Case("CogVideoXLayerNormZero", lambda: _norm("CogVideoXLayerNormZero")(COND, D),
-         (("x", (2, 5, D)), ("x", (2, 3, D)), ("cond", (2, COND)))),
+         (("x", (2, 5, D)), ("x", (2, 3, D)), ("cond", (2, COND))), modes=("f32", "bf16", "f16")),
     Case("CogVideoXLayerNormZero(no affine, no bias)",
          lambda: _norm("CogVideoXLayerNormZero")(COND, D, elementwise_affine=False, bias=False),
          (("x", (2, 5, D)), ("x", (2, 3, D)), ("cond", (2, COND))), modes=("f32", "bf16", "bf16w_f32x")),
     Case("CogView3PlusAdaLayerNormZeroTextImage", lambda: _norm("CogView3PlusAdaLayerNormZeroTextImage")(COND, D),
          (("x", (2, 5, D)), ("x", (2, 3, D)), ("cond", (2, COND))), lambda m, x, t, c: m(x, t, emb=c),
-         ("f32", "bf16", "bf16w_f32x")),
+         ("f32", "bf16", "bf16w_f32x", "f16")),
     Case("LuminaLayerNormContinuous(out_dim)",
          lambda: _norm("LuminaLayerNormContinuous")(D, COND, elementwise_affine=True, eps=1e-6, out_dim=8)),
     Case("LuminaLayerNormContinuous(rms_norm)",
          lambda: _norm("LuminaLayerNormContinuous")(D, COND, elementwise_affine=True, eps=1e-6,
                                                     norm_type="rms_norm", bias=False)),
-    Case("MochiLayerNormContinuous", lambda: _mochi("MochiLayerNormContinuous")(D, COND)),
+    Case("MochiLayerNormContinuous", lambda: _mochi("MochiLayerNormContinuous")(D, COND), modes=("f32", "bf16", "f16")),
     Case("GlobalResponseNorm", lambda: _norm("GlobalResponseNorm")(D), (("x", (2, 4, 6, D)),),
-         modes=("f32", "bf16", "f32w_bf16x")),
+         modes=("f32", "bf16", "f32w_bf16x", "f16")),
     Case("GlobalResponseNorm(Stable Cascade)",
          lambda: _cls("diffusers.models.unets.unet_stable_cascade", "GlobalResponseNorm")(D),
          (("x", (2, 4, 6, D)),)),
-    Case("LpNorm", lambda: _norm("LpNorm")(), (("x", (2, 5, D)),), modes=("f32", "bf16")),
+    Case("LpNorm", lambda: _norm("LpNorm")(), (("x", (2, 5, D)),), modes=("f32", "bf16", "f16")),
     Case("LpNorm(p=1, dim=1)", lambda: _norm("LpNorm")(p=1, dim=1), (("x", (2, 5, D)),)),
 ]
 CASE_BY_ID = {c.id: c for c in CASES}
@@ -154,7 +156,15 @@ def test_forward_parity(case_id: str, mode: str) -> None:
     expected = _torch_out(case, m, args)
     outs = _jln_outs(m, args)
     for got in outs.values():
-        assert_same(got, expected, MODES[mode][1])
+        if mode == "f16":  # float16 as bfloat16: the same rounding steps; the normed outputs
+            # bit-exact, a Linear's [B, d] chunks within 1 ulp (torch's float16 addmm rounds
+            # one element in 64 differently)
+            for a, b in zip(got, expected, strict=True):
+                p = parity(a, b)
+                normed = a.ndim == args[0].ndim
+                assert p["frac_exact"] >= (0.995 if normed else 0.95) and p["max_ulp"] <= 1, p
+        else:
+            assert_same(got, expected, MODES[mode][1])
     for a, b in zip(outs["linen"], outs["nnx"], strict=True):  # the two faces: one computation
         np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
 
