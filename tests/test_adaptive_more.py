@@ -113,10 +113,10 @@ CASE_BY_ID = {c.id: c for c in CASES}
 #: the default run's slice: one class of each new jln module or option, in its bit-exact mode;
 #: every class in every mode torch accepts runs with --run-slow
 FAST = {
-    "Qwen2_5_OmniAdaLayerNormZero_Final": "bf16", "AdaLayerNorm(chunk_dim=0)": "bf16", "SD35AdaLayerNormZeroX": "bf16",
+    "AdaLayerNorm(chunk_dim=0)": "bf16", "SD35AdaLayerNormZeroX": "bf16",
     "LuminaRMSNormZero": "bf16", "MochiRMSNormZero": "bf16", "MochiRMSNorm": "bf16",
     "CogVideoXLayerNormZero(no affine, no bias)": "bf16", "MochiLayerNormContinuous": "bf16",
-    "GlobalResponseNorm": "f32w_bf16x", "LpNorm": "bf16", "CogView3PlusAdaLayerNormZeroTextImage": "bf16",
+    "GlobalResponseNorm": "f32w_bf16x", "LpNorm": "bf16",
 }
 SLOW = pytest.mark.slow
 
@@ -171,7 +171,7 @@ def test_forward_parity(case_id: str, mode: str) -> None:
 
 #: round trips of the default run: one per jln module or layout the classes convert to
 ROUND_TRIP = ("SD35AdaLayerNormZeroX", "CogVideoXLayerNormZero(no affine, no bias)", "LuminaLayerNormContinuous(rms_norm)",
-              "MochiLayerNormContinuous", "GlobalResponseNorm", "LpNorm", "MochiRMSNorm", "AdaLayerNorm(chunk_dim=0)")
+              "MochiLayerNormContinuous", "GlobalResponseNorm", "LpNorm", "MochiRMSNorm")
 
 
 @pytest.mark.parametrize("case_id", _grid([(c.id,) for c in CASES], lambda i: i in ROUND_TRIP))
@@ -397,7 +397,7 @@ def _single(add: bool, dt: Any) -> tuple[Any, dict[str, Any], dict[str, Any]]:
 
 
 @pytest.mark.parametrize(("add", "dt"), _grid([(a, d) for a in (False, True) for d in ("float32", "bfloat16")],
-                                              lambda a, d: a and d == "bfloat16"))
+                                              lambda a, d: not a and d == "bfloat16"))
 def test_ada_layer_norm_single(add: bool, dt: str) -> None:
     """PixArt's adaLN-single: bfloat16 bit-exact; float32 within the sinusoid's float32 error
     (torch's exp, sin and cos differ from XLA's in the last bit: ~3e-5 at t = 999)."""
@@ -420,6 +420,7 @@ def test_ada_layer_norm_single(add: bool, dt: str) -> None:
     assert all(torch.equal(sd[k], v) for k, v in m.state_dict().items())
 
 
+@SLOW
 def test_ltx2_ada_layer_norm_single_is_recognised_by_its_code() -> None:
     cls = _cls("diffusers.models.transformers.transformer_ltx2", "LTX2AdaLayerNormSingle")
     m = _randomise(cls(48, num_mod_params=2), 0).to(BF16)
