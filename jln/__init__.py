@@ -7,6 +7,7 @@ parity in a user's own tests.
 
 from jln._adaptive import ORDERS as ORDERS
 from jln._adaptive import adaptive_layer_norm as adaptive_layer_norm
+from jln._adaptive import adaptive_rms_norm as adaptive_rms_norm
 from jln._adaptive import modulate as modulate
 from jln._adaptive import split_condition as split_condition
 from jln._batch_norm import RunningStats as RunningStats
@@ -19,6 +20,8 @@ from jln._gated import GATED_CONVENTIONS as GATED_CONVENTIONS
 from jln._gated import gated_rms_norm as gated_rms_norm
 from jln._layer_norm import add_layer_norm as add_layer_norm
 from jln._layer_norm import layer_norm as layer_norm
+from jln._lp import global_response_norm as global_response_norm
+from jln._lp import lp_normalize as lp_normalize
 from jln._rms_norm import CONVENTIONS as CONVENTIONS
 from jln._rms_norm import add_rms_norm as add_rms_norm
 from jln._rms_norm import rms_norm as rms_norm
@@ -43,4 +46,7 @@ __all__ = [
     "frozen_batch_norm",
     "group_norm",
     "instance_norm",
+    "adaptive_rms_norm",
+    "global_response_norm",
+    "lp_normalize",
 ]

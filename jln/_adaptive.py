@@ -26,6 +26,19 @@ ORDERS: dict[str, tuple[str, ...]] = {
     "dit_single": ("shift_msa", "scale_msa", "gate_msa"),
     # SD3 / Flux norm_out (diffusers AdaLayerNormContinuous): chunk(2) = scale, shift
     "continuous": ("scale", "shift"),
+    # diffusers SD35AdaLayerNormZeroX (SD3.5 dual attention): DiT's six, then a second
+    # attention's shift, scale and gate applied to the same normed x
+    "sd35_x": ("shift_msa", "scale_msa", "gate_msa", "shift_mlp", "scale_mlp", "gate_mlp",
+               "shift_msa2", "scale_msa2", "gate_msa2"),
+    # diffusers LuminaRMSNormZero and MochiRMSNormZero: no shifts
+    "lumina_zero": ("scale_msa", "gate_msa", "scale_mlp", "gate_mlp"),
+    # diffusers CogVideoXLayerNormZero: the video stream's, then the text stream's
+    "cogvideox": ("shift", "scale", "gate", "enc_shift", "enc_scale", "enc_gate"),
+    # diffusers CogView3PlusAdaLayerNormZeroTextImage: DiT's six for the image, then the text's
+    "cogview3plus": ("shift_msa", "scale_msa", "gate_msa", "shift_mlp", "scale_mlp", "gate_mlp",
+                     "c_shift_msa", "c_scale_msa", "c_gate_msa", "c_shift_mlp", "c_scale_mlp", "c_gate_mlp"),
+    # diffusers LuminaLayerNormContinuous / MochiLayerNormContinuous: a scale alone
+    "scale_only": ("scale",),
 }
 
 
@@ -104,6 +117,52 @@ def expand_condition(c: Any, x_shape: tuple[int, ...], name: str, fn: str) -> Ar
     )
 
 
+def resolve_use(chunks: dict[str, Array], use: Sequence[str | None] | None, fn: str) -> tuple[str | None, str | None]:
+    """The (shift, scale) chunk names that modulate a norm: ``use`` checked against the chunks,
+    or the default (``shift``/``shift_msa``, ``scale``/``scale_msa``, whichever ``order`` has)."""
+    if use is None:
+        def first(*names: str) -> str | None:
+            return next((n for n in names if n in chunks), None)
+
+        names = (first("shift", "shift_msa"), first("scale", "scale_msa"))
+    else:
+        names = tuple(use)  # type: ignore[assignment]
+        if len(names) != 2:
+            raise ValueError(f"{fn}: `use` must be a (shift, scale) pair of chunk names or None; received {use!r}.")
+    missing = [n for n in names if n is not None and n not in chunks]
+    if missing:
+        raise ValueError(
+            f"{fn}: `use` names chunks {missing} that order {tuple(chunks)} does not have."
+        )
+    if names == (None, None):
+        raise ValueError(
+            f"{fn}: order {tuple(chunks)} has no shift or scale chunk to modulate with; name them "
+            f"with `use=(shift_name, scale_name)`."
+        )
+    return names
+
+
+def expand_chunks(
+    chunks: dict[str, Array], names: tuple[str | None, str | None], x_shape: tuple[int, ...], emb: Any, fn: str,
+) -> tuple[Array | None, Array | None]:
+    """The named chunks broadcast against ``x`` (:func:`expand_condition`), ``None`` for a
+    ``None`` name; a misfit is reported in terms of ``emb``."""
+    try:
+        return tuple(  # type: ignore[return-value]
+            None if n is None else expand_condition(chunks[n], x_shape, n, fn) for n in names
+        )
+    except ValueError as e:  # the chunks come from emb: say so
+        k = len(chunks)
+        one = next(iter(chunks.values()))
+        raise ValueError(
+            f"{fn}: `emb` (shape {tuple(jnp.shape(emb))}, split into {k} chunks of "
+            f"its last axis) does not fit x.shape={tuple(x_shape)}: each chunk, here "
+            f"{tuple(one.shape)}, must be [D], [B, D] or x's shape, so emb is "
+            f"[{k}*D], [B, {k}*D] or x's leading shape with {k}*D "
+            f"features. Details: {e}"
+        ) from e
+
+
 @_eager.compiled_when_eager("x", "shift", "scale")
 def modulate(x: Array, shift: Array | None, scale: Array | None, *, scale_offset: float = 1.0) -> Array:
     r"""DiT's modulation ``x * (scale_offset + scale) + shift`` (``scale_offset=1``).
@@ -153,7 +212,7 @@ def adaptive_layer_norm(
     bias: Array | None = None,
     *,
     order: str | Sequence[str] = "seed",
-    use: tuple[str, str] | None = None,
+    use: Sequence[str | None] | None = None,
     axis: Axis = -1,
     eps: float = 1e-5,
     scale_offset: float = 1.0,
@@ -180,8 +239,9 @@ def adaptive_layer_norm(
         (shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp), ``"dit_final"``
         (shift, scale), ``"dit_single"``, ``"continuous"`` (scale, shift: SD3/Flux final
         layers), or a tuple of names.
-      use: the (shift, scale) chunk names that modulate this norm; default ``("shift",
-        "scale")`` if present in ``order``, else ``("shift_msa", "scale_msa")``.
+      use: the (shift, scale) chunk names that modulate this norm, either may be ``None``
+        (no shift: ``y * (1 + scale)``); default: ``"shift"`` (else ``"shift_msa"``, else
+        none) and ``"scale"`` (else ``"scale_msa"``), those of ``order``.
       axis, eps: as in :func:`layer_norm` (torch defaults; DiT uses eps=1e-6).
       scale_offset: 1 for ``(1 + scale)``, 0 for FiLM's plain ``scale``.
       impl: as in :func:`layer_norm`.
@@ -208,29 +268,103 @@ def adaptive_layer_norm(
     fn = "jln.adaptive_layer_norm"
     _checks.check_floating(x, fn)
     chunks = split_condition(emb, order)
-    if use is None:
-        use = ("shift", "scale") if "shift" in chunks else ("shift_msa", "scale_msa")
-    missing = [n for n in use if n not in chunks]
-    if missing:
-        raise ValueError(
-            f"{fn}: `use` names chunks {missing} that order {tuple(chunks)} does not have."
-        )
+    sh_name, sc_name = resolve_use(chunks, use, fn)
     axes, s, b = _args.params(fn, x, scale, bias, axis)
     eps_f = _checks.check_eps(eps, fn)
-    try:
-        sh = expand_condition(chunks[use[0]], x.shape, use[0], fn)
-        sc = expand_condition(chunks[use[1]], x.shape, use[1], fn)
-    except ValueError as e:  # the chunks come from emb: say so
-        raise ValueError(
-            f"{fn}: `emb` (shape {tuple(jnp.shape(emb))}, split into {len(chunks)} chunks of "
-            f"its last axis) does not fit x.shape={tuple(x.shape)}: each chunk, here "
-            f"{tuple(chunks[use[0]].shape)}, must be [D], [B, D] or x's shape, so emb is "
-            f"[{len(chunks)}*D], [B, {len(chunks)}*D] or x's leading shape with {len(chunks)}*D "
-            f"features. Details: {e}"
-        ) from e
+    sh, sc = expand_chunks(chunks, (sh_name, sc_name), x.shape, emb, fn)
     spec = LayerNormSpec(
         axes=axes, eps=eps_f, out_dtype=x.dtype, mod_offset=float(scale_offset),
-        mod_dtype=_stats.promote(x.dtype, sh.dtype, sc.dtype), shift_dtype=sh.dtype, mscale_dtype=sc.dtype,
+        mod_dtype=_stats.promote(x.dtype, *[c.dtype for c in (sh, sc) if c is not None]),
+        shift_dtype=None if sh is None else sh.dtype, mscale_dtype=None if sc is None else sc.dtype,
         **_args.dist(fn, impl, axis_name, axis_index_groups),
     )
     return _dispatch.apply(fn, impl, spec, x, (s, b, sh, sc)), chunks
+
+
+#: How :func:`adaptive_rms_norm` rounds its modulation.
+RMS_MODULATIONS = ("rounded", "float32")
+
+
+@_eager.compiled_when_eager("x", "emb", "scale")
+def adaptive_rms_norm(
+    x: Array,
+    emb: Array,
+    scale: Array | None = None,
+    *,
+    order: str | Sequence[str] = "lumina_zero",
+    use: Sequence[str | None] | None = None,
+    eps: float | None = None,
+    convention: str = "diffusers",
+    modulation: str = "rounded",
+    scale_offset: float = 1.0,
+    impl: str = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+) -> tuple[Array, dict[str, Array]]:
+    r"""Adaptive RMSNorm: an RMSNorm (own weight optional) followed by modulation.
+
+    .. math::
+
+        y = \Big(\frac{x}{\sqrt{\mathrm{mean}(x^2) + \epsilon}} \cdot w\Big) \cdot
+        (1 + \mathrm{scale}_c) + \mathrm{shift}_c
+
+    with ``(shift_c, scale_c)`` chunks of ``emb`` named by ``order`` (either may be absent).
+    Two dtype flows, as the diffusers classes they reproduce:
+
+    * ``modulation="rounded"`` (diffusers ``LuminaRMSNormZero``, ``AdaLayerNormContinuous``
+      with ``norm_type="rms_norm"``): ``n = rms_norm(x, w, convention=convention)`` in its
+      convention's dtype, then :func:`modulate` with torch's rounding after each op.
+    * ``modulation="float32"`` (diffusers ``MochiRMSNormZero``, ``MochiLayerNormContinuous``):
+      ``x`` is cast to float32 first, the norm and ``1 + f(scale_c)`` (and ``+ f(shift_c)``)
+      are evaluated in float32, and the result is rounded once to ``x.dtype``.
+
+    Args:
+      x: floating array ``[B, ..., D]``.
+      emb: projected condition ``[B, k*D]`` (or ``[k*D]``, or ``x``'s leading shape with
+        ``k*D`` features).
+      scale: the RMSNorm's own weight ``[D]`` (diffusers' ``RMSNorm(elementwise_affine=True)``).
+      order: chunk order of ``emb`` (:data:`ORDERS`; ``"lumina_zero"`` = scale_msa, gate_msa,
+        scale_mlp, gate_mlp), or a tuple of names.
+      use: the (shift, scale) chunk names that modulate; as :func:`adaptive_layer_norm`.
+      eps: the RMSNorm's eps; ``None``: the convention's default.
+      convention: the RMSNorm convention (:func:`rms_norm`); diffusers' by default.
+      modulation: ``"rounded"`` or ``"float32"``, as above.
+      scale_offset: 1 for ``(1 + scale)``, 0 for a plain ``scale``.
+      impl, axis_name, axis_index_groups: as in :func:`rms_norm` (``emb`` then holds the local
+        blocks of every chunk, as :func:`adaptive_layer_norm`'s).
+
+    Returns:
+      ``(y, chunks)``: ``y`` of ``x.shape``, dtype the promotion of the norm's output dtype and
+      the chunks' (``"float32"``: ``x.dtype``); ``chunks`` maps every chunk name to its array.
+
+    Raises:
+      TypeError, ValueError: as :func:`rms_norm` and :func:`adaptive_layer_norm`; an unknown
+        ``modulation``.
+
+    Example:
+      >>> import jax.numpy as jnp, jln
+      >>> y, chunks = jln.adaptive_rms_norm(jnp.ones((2, 5, 4)), jnp.zeros((2, 16)), eps=1e-6)
+      >>> y.shape, sorted(chunks)
+      ((2, 5, 4), ['gate_mlp', 'gate_msa', 'scale_mlp', 'scale_msa'])
+    """
+    from jln._rms_norm import rms_norm
+
+    fn = "jln.adaptive_rms_norm"
+    _checks.check_floating(x, fn)
+    _checks.check_choice(modulation, "modulation", RMS_MODULATIONS, fn)
+    chunks = split_condition(emb, order)
+    names = resolve_use(chunks, use, fn)
+    sh, sc = expand_chunks(chunks, names, x.shape, emb, fn)
+    with jax.named_scope(fn):
+        if modulation == "rounded":
+            n = rms_norm(x, scale, eps=eps, convention=convention, impl=impl, axis_name=axis_name,
+                         axis_index_groups=axis_index_groups)
+            return modulate(n, sh, sc, scale_offset=scale_offset), chunks
+        f32 = jnp.float32
+        n = rms_norm(x.astype(f32), scale, eps=eps, convention=convention, impl=impl, axis_name=axis_name,
+                     axis_index_groups=axis_index_groups).astype(f32)
+        y = modulate(
+            n, None if sh is None else sh.astype(f32), None if sc is None else sc.astype(f32),
+            scale_offset=scale_offset,
+        )
+        return y.astype(x.dtype), chunks

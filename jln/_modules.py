@@ -38,7 +38,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from jln import _checks, _monitor, _platform, _stats
-from jln._adaptive import adaptive_layer_norm, modulate, resolve_order, split_condition
+from jln._adaptive import (
+    adaptive_layer_norm,
+    adaptive_rms_norm,
+    modulate,
+    resolve_order,
+)
 from jln._contract.gated_rms_norm import ACTIVATIONS as GATED_ACTIVATIONS
 from jln._contract.gated_rms_norm import resolve_convention as resolve_gated
 from jln._contract.rms_norm import resolve_convention
@@ -570,15 +575,29 @@ def apply_adaptive_layer_norm(params: Params, x: Array, cond: Array, cfg: Any) -
     return y, _record(cfg.monitor, xi, y, -1, fn)
 
 
+#: adaLN-Zero's chunk count -> (chunk order, the chunks returned after the modulated x)
+ZERO_LAYOUTS: dict[int, tuple[str, tuple[str, ...]]] = {
+    6: ("dit", ("gate_msa", "shift_mlp", "scale_mlp", "gate_mlp")),
+    3: ("dit_single", ("gate_msa",)),
+    9: ("sd35_x", ("gate_msa", "shift_mlp", "scale_mlp", "gate_mlp", "*x2", "gate_msa2")),
+    4: ("lumina_zero", ("gate_msa", "scale_mlp", "gate_mlp")),
+}
+#: the norms an adaptive module may use: LayerNorm, diffusers' RMSNorm with torch's rounding
+#: after each op, or (Mochi) diffusers' RMSNorm on float32 x, modulated in float32
+ZERO_NORM_TYPES = ("layer_norm", "rms_norm", "fp32_rms_norm")
+
+
 def _check_ada_ln_zero(cfg: Any) -> None:
     fn = "jln AdaLNZero"
-    check_inits(cfg, fn, ("linear_kernel_init", "linear_bias_init"))
+    check_inits(cfg, fn, ("linear_kernel_init", "linear_bias_init", "scale_init", "bias_init"))
     set_positive(cfg, ("features",), fn)
-    if cfg.num_chunks not in (6, 3):
+    if cfg.num_chunks not in ZERO_LAYOUTS:
         raise ValueError(
-            f"{fn}: `num_chunks` must be 6 (DiT / AdaLayerNormZero) or 3 "
-            f"(AdaLayerNormZeroSingle); received {cfg.num_chunks!r}."
+            f"{fn}: `num_chunks` must be 6 (DiT / AdaLayerNormZero), 3 (AdaLayerNormZeroSingle), "
+            f"9 (SD35AdaLayerNormZeroX) or 4 (LuminaRMSNormZero / MochiRMSNormZero); received "
+            f"{cfg.num_chunks!r}."
         )
+    _checks.check_choice(cfg.norm_type, "norm_type", ZERO_NORM_TYPES, fn)
     _checks.check_eps(cfg.eps, fn)
     _check_common(cfg, fn)
 
@@ -586,22 +605,60 @@ def _check_ada_ln_zero(cfg: Any) -> None:
 AdaLNZeroConfig = make_config(
     "AdaLNZeroConfig",
     (FEATURES, Option("num_chunks", "int", 6, "6 (DiT order: shift_msa, scale_msa, gate_msa, shift_mlp, "
-                      "scale_mlp, gate_mlp) or 3 (shift_msa, scale_msa, gate_msa)."),
-     EPS.but(default=1e-6, doc="LayerNorm eps (DiT: 1e-6)."), USE_BIAS.but(doc="the Dense ``linear``'s bias."),
-     *COMPUTE, *ADAPTIVE_DISTRIBUTED, *_dense_inits("linear", "zeros (adaLN-Zero)")),
+                      "scale_mlp, gate_mlp), 3 (shift_msa, scale_msa, gate_msa), 9 (DiT's six, then "
+                      "shift_msa2, scale_msa2, gate_msa2: SD3.5's second attention) or 4 (scale_msa, "
+                      "gate_msa, scale_mlp, gate_mlp: Lumina, Mochi; no shifts)."),
+     EPS.but(default=1e-6, doc="the norm's eps (DiT: 1e-6)."), USE_BIAS.but(doc="the Dense ``linear``'s bias."),
+     *COMPUTE, *ADAPTIVE_DISTRIBUTED, *_dense_inits("linear", "zeros (adaLN-Zero)"),
+     Option("norm_type", "str", "layer_norm", "``\"layer_norm\"``; ``\"rms_norm\"`` (diffusers' RMSNorm, "
+            "then torch's rounding after each op: Lumina); ``\"fp32_rms_norm\"`` (diffusers' RMSNorm on "
+            "float32 ``x``, modulated in float32 and rounded once to ``x.dtype``: Mochi)."),
+     Option("elementwise_affine", "bool", False, "the norm's own ``scale`` (and a LayerNorm's ``bias``): "
+            "Lumina's RMSNorm has one."),
+     SCALE_INIT.but(doc="the norm's ``scale`` initializer (with ``elementwise_affine``); ``None``: ones."),
+     BIAS_INIT.but(doc="the LayerNorm's ``bias`` initializer; ``None``: zeros.")),
     _check_ada_ln_zero,
 )
+
+
+def _norm_params_specs(cfg: Any, features: int, norm_type: str, ln_bias: bool = True) -> dict[str, Any]:
+    """The adaptive norm's own affine (``norm/scale`` and, for a LayerNorm with ``ln_bias``,
+    ``norm/bias``) when ``cfg.elementwise_affine``; else nothing."""
+    if not cfg.elementwise_affine:
+        return {}
+    bias = ln_bias and norm_type == "layer_norm"
+    norm = LayerNormConfig(use_bias=bias, scale_init=cfg.scale_init, bias_init=cfg.bias_init)
+    return {"norm": layer_norm_specs(norm, (features,))}
 
 
 def ada_ln_zero_specs(cfg: Any, cond_features: int) -> dict[str, Any]:
     features = cfg.features
     kernel, bias = cfg.linear_kernel_init or zeros, cfg.linear_bias_init or zeros
     return {"linear": dense_specs(cond_features, cfg.num_chunks * features, use_bias=cfg.use_bias,
-                                  kernel_init=kernel, bias_init=bias)}
+                                  kernel_init=kernel, bias_init=bias),
+            **_norm_params_specs(cfg, features, cfg.norm_type)}
+
+
+def modulated_norm(
+    xi: Array, h: Array, cfg: Any, norm: Params, *, order: Any, norm_type: str,
+    use: tuple[str | None, str | None] | None = None,
+) -> tuple[Array, dict[str, Array]]:
+    """``norm(xi)`` modulated by chunks of ``h``: :func:`jln.adaptive_layer_norm`, or
+    :func:`jln.adaptive_rms_norm` in diffusers' convention (``fp32_rms_norm``: modulated in
+    float32)."""
+    if norm_type == "layer_norm":
+        return adaptive_layer_norm(
+            xi, h, norm.get("scale"), norm.get("bias"), order=order, use=use, eps=cfg.eps, impl=cfg.impl,
+            **distributed(cfg),
+        )
+    return adaptive_rms_norm(
+        xi, h, norm.get("scale"), order=order, use=use, eps=cfg.eps, convention="diffusers",
+        modulation="float32" if norm_type == "fp32_rms_norm" else "rounded", impl=cfg.impl, **distributed(cfg),
+    )
 
 
 def apply_ada_ln_zero(params: Params, x: Array, emb: Array, cfg: Any) -> tuple[tuple[Array, ...], Stats]:
-    """DiT's adaLN-Zero: ``chunks = linear(SiLU(emb))``; ``LN(x) * (1 + scale_msa) + shift_msa``."""
+    """adaLN-Zero: ``chunks = linear(SiLU(emb))``; ``norm(x) * (1 + scale_msa) + shift_msa``."""
     fn = "jln AdaLNZero"
     _checks.check_floating(x, fn)
     _checks.check_floating(emb, fn, "emb")
@@ -609,16 +666,26 @@ def apply_ada_ln_zero(params: Params, x: Array, emb: Array, cfg: Any) -> tuple[t
     dt = compute_dtype(cfg.dtype, emb)
     xi = _cast_in(x, cfg.dtype)
     h = dense(params["linear"], silu(emb).astype(dt), dt, fn, "emb")
-    order = "dit" if cfg.num_chunks == 6 else "dit_single"
-    y, ch = adaptive_layer_norm(xi, h, order=order, eps=cfg.eps, impl=cfg.impl, **distributed(cfg))
+    order, rest = ZERO_LAYOUTS[cfg.num_chunks]
+    norm = params.get("norm", {})
+    y, ch = modulated_norm(xi, h, cfg, norm, order=order, norm_type=cfg.norm_type)
+    if "*x2" in rest:  # SD3.5: the same normed x, modulated by the second attention's chunks
+        ch = dict(ch)
+        ch["*x2"], _ = modulated_norm(
+            xi, h, cfg, norm, order=order, norm_type=cfg.norm_type, use=("shift_msa2", "scale_msa2"),
+        )
+        ch["*x2"] = _cast_out(ch["*x2"], cfg.dtype)
     y = _cast_out(y, cfg.dtype)
     stats = _record(cfg.monitor, xi, y, -1, fn)
-    if cfg.num_chunks == 3:
-        return (y, ch["gate_msa"]), stats
-    return (y, ch["gate_msa"], ch["shift_mlp"], ch["scale_mlp"], ch["gate_mlp"]), stats
+    return (y, *(ch[n] for n in rest)), stats
 
 
 NORM_TYPES = ("layer_norm", "rms_norm")
+
+
+#: where :class:`AdaLNContinuous`'s projection runs: in ``x``'s dtype (diffusers
+#: ``AdaLayerNormContinuous`` casts ``SiLU(cond)`` to it) or in the condition's own
+PROJECT_IN = ("x", "cond")
 
 
 def _check_ada_ln_continuous(cfg: Any) -> None:
@@ -626,6 +693,14 @@ def _check_ada_ln_continuous(cfg: Any) -> None:
     check_inits(cfg, fn, ("scale_init", "bias_init", "linear_kernel_init", "linear_bias_init"))
     set_positive(cfg, ("features",), fn)
     _checks.check_choice(cfg.norm_type, "norm_type", NORM_TYPES, fn)
+    _checks.check_choice(cfg.project_in, "project_in", PROJECT_IN, fn)
+    names = resolve_order(cfg.order, fn)
+    if "scale" not in names or not set(names) <= {"shift", "scale"}:
+        raise ValueError(
+            f"{fn}: `order` must name a 'scale' chunk and optionally a 'shift' chunk (e.g. "
+            f"'continuous' = (scale, shift), 'dit_final' = (shift, scale)); received "
+            f"{cfg.order!r} = {names}."
+        )
     _checks.check_eps(cfg.eps, fn)
     _check_common(cfg, fn)
 
@@ -639,22 +714,26 @@ AdaLNContinuousConfig = make_config(
      *COMPUTE, *ADAPTIVE_DISTRIBUTED,
      SCALE_INIT.but(doc="the norm's ``scale`` initializer (with ``elementwise_affine``); ``None``: ones."),
      BIAS_INIT.but(doc="the norm's ``bias`` initializer; ``None``: zeros."),
-     *_dense_inits("linear", "torch ``nn.Linear``'s")),
+     *_dense_inits("linear", "torch ``nn.Linear``'s"),
+     Option("order", "Any", "continuous", "chunk order of ``linear(SiLU(cond))``: ``\"continuous\"`` "
+            "(scale, shift: diffusers ``AdaLayerNormContinuous``, ``AdaLayerNorm``), ``\"dit_final\"`` "
+            "(shift, scale: ``AdaLayerNorm(chunk_dim=1)``) or ``(\"scale\", \"shift\")``-like tuples."),
+     Option("project_in", "str", "x", "the dtype the Dense runs in: ``\"x\"`` (``SiLU(cond)`` cast to "
+            "``x``'s dtype, as ``AdaLayerNormContinuous``) or ``\"cond\"`` (the condition's own, as "
+            "``AdaLayerNorm`` and Qwen2.5-Omni's ``AdaLayerNormZero_Final``)."),
+     ),
     _check_ada_ln_continuous,
 )
 
 
 def ada_ln_continuous_specs(cfg: Any, cond_features: int) -> dict[str, Any]:
     features = cfg.features
-    specs: dict[str, Any] = {"linear": dense_specs(cond_features, 2 * features, use_bias=cfg.use_bias,
+    k = len(resolve_order(cfg.order, "jln AdaLNContinuous"))
+    specs: dict[str, Any] = {"linear": dense_specs(cond_features, k * features, use_bias=cfg.use_bias,
                                                    kernel_init=cfg.linear_kernel_init,
                                                    bias_init=cfg.linear_bias_init)}
-    if cfg.elementwise_affine:
-        # diffusers: `bias` switches the Linear's and the LayerNorm's bias; its RMSNorm has none
-        ln_bias = cfg.use_bias and cfg.norm_type == "layer_norm"
-        norm = LayerNormConfig(use_bias=ln_bias, scale_init=cfg.scale_init, bias_init=cfg.bias_init)
-        specs["norm"] = layer_norm_specs(norm, (features,))
-    return specs
+    # diffusers: `bias` switches the Linear's and the LayerNorm's bias; its RMSNorm has none
+    return {**specs, **_norm_params_specs(cfg, features, cfg.norm_type, ln_bias=cfg.use_bias)}
 
 
 def apply_ada_ln_continuous(params: Params, x: Array, cond: Array, cfg: Any) -> tuple[Array, Stats]:
@@ -662,21 +741,10 @@ def apply_ada_ln_continuous(params: Params, x: Array, cond: Array, cfg: Any) -> 
     fn = "jln AdaLNContinuous"
     _checks.check_floating(x, fn)
     _checks.check_floating(cond, fn, "cond")
-    dt = compute_dtype(cfg.dtype, x)
+    dt = compute_dtype(cfg.dtype, x if cfg.project_in == "x" else cond)
     xi = _cast_in(x, cfg.dtype)
     h = dense(params["linear"], silu(cond).astype(dt), dt, fn, "cond")
-    norm = params.get("norm", {})
-    if cfg.norm_type == "layer_norm":
-        y, _ = adaptive_layer_norm(
-            xi, h, norm.get("scale"), norm.get("bias"), order="continuous", eps=cfg.eps, impl=cfg.impl,
-            **distributed(cfg),
-        )
-    else:
-        n = rms_norm(
-            xi, norm.get("scale"), eps=cfg.eps, convention="diffusers", impl=cfg.impl, **distributed(cfg)
-        )
-        ch = split_condition(h, "continuous")
-        y = modulate(n, ch["shift"], ch["scale"])
+    y, _ = modulated_norm(xi, h, cfg, params.get("norm", {}), order=cfg.order, norm_type=cfg.norm_type)
     y = _cast_out(y, cfg.dtype)
     return y, _record(cfg.monitor, xi, y, -1, fn)
 
@@ -1166,13 +1234,20 @@ ADAPTIVE_LAYER_NORM = Kind(
 )
 ADA_LN_ZERO = Kind(
     "AdaLNZero", AdaLNZeroConfig, ada_ln_zero_specs, apply_ada_ln_zero, ("x", "emb"),
-    doc="DiT's adaLN-Zero (diffusers ``AdaLayerNormZero`` / ``AdaLayerNormZeroSingle``).\n\n"
+    doc="DiT's adaLN-Zero (diffusers ``AdaLayerNormZero`` / ``AdaLayerNormZeroSingle`` / "
+        "``SD35AdaLayerNormZeroX`` / ``LuminaRMSNormZero`` / ``MochiRMSNormZero``, Qwen2.5-Omni's "
+        "``AdaLayerNormZero``).\n\n"
         "``chunks = linear(SiLU(emb))`` with ``linear`` zero-initialised (the block starts as the "
-        "identity); ``x_mod = LN(x) * (1 + scale_msa) + shift_msa`` with a LayerNorm of eps 1e-6 "
-        "and no affine.",
+        "identity), run in ``emb``'s dtype; ``x_mod = norm(x) * (1 + scale_msa) + shift_msa`` with "
+        "a LayerNorm of eps 1e-6 and no affine by default (``norm_type``, ``elementwise_affine``: "
+        "diffusers' RMSNorm, as :func:`jln.adaptive_rms_norm`).",
     returns="(``__call__(x, emb)``): ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp)`` for 6 "
-            "chunks, ``(x_mod, gate_msa)`` for 3; ``x_mod`` like ``x``, the others ``[B, d]``.",
-    raises="TypeError, ValueError: non-floating inputs, mismatched sizes, ``num_chunks`` not 3 or 6.",
+            "chunks, ``(x_mod, gate_msa)`` for 3, ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp, "
+            "x_mod2, gate_msa2)`` for 9 (``x_mod2``: the same normed ``x`` modulated by ``shift_msa2``, "
+            "``scale_msa2``), ``(x_mod, gate_msa, scale_mlp, gate_mlp)`` for 4; ``x_mod`` like ``x``, "
+            "the others ``[B, d]``.",
+    raises="TypeError, ValueError: non-floating inputs, mismatched sizes, ``num_chunks`` not 3, 4, 6 or "
+           "9, an unknown ``norm_type``.",
     examples=(_LINEN + "  >>> m = jnn.AdaLNZero(features=8)\n  >>> x, c = jnp.ones((2, 5, 8)), "
               "jnp.ones((2, 8))\n  >>> len(m.apply(m.init(jax.random.key(0), x, c), x, c))\n  5",
               _NNX + "  >>> x_mod, *rest = jnnx.AdaLNZero(8, 8)(jnp.ones((2, 5, 8)), jnp.ones((2, 8)))\n"
@@ -1183,8 +1258,9 @@ ADA_LN_ZERO = Kind(
 )
 ADA_LN_CONTINUOUS = Kind(
     "AdaLNContinuous", AdaLNContinuousConfig, ada_ln_continuous_specs, apply_ada_ln_continuous, ("x", "cond"),
-    doc="SD3/Flux final-layer norm (diffusers ``AdaLayerNormContinuous``).\n\n"
-        "``(scale, shift) = linear(SiLU(cond))`` (that order); ``norm(x) * (1 + scale) + shift``, "
+    doc="SD3/Flux final-layer norm (diffusers ``AdaLayerNormContinuous``; also ``AdaLayerNorm`` and "
+        "Qwen2.5-Omni's ``AdaLayerNormZero_Final`` through ``order`` and ``project_in``).\n\n"
+        "``(scale, shift) = linear(SiLU(cond))`` (that order by default); ``norm(x) * (1 + scale) + shift``, "
         "``norm`` a LayerNorm (``jln.adaptive_layer_norm``) or diffusers' RMSNorm "
         "(``jln.rms_norm(convention=\"diffusers\")`` then ``jln.modulate``).",
     returns="(``__call__(x, cond)``): " + _MODULATED,

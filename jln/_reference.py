@@ -161,3 +161,34 @@ def group_norm(x: Tensor, scale: Tensor | None = None, bias: Tensor | None = Non
     torch = _torch()
     xt = x.movedim(channel_axis, 1)
     return torch.nn.functional.group_norm(xt, num_groups, scale, bias, eps).movedim(1, channel_axis)
+def lp_normalize(x: Tensor, *, p: float = 2.0, axis: Any = -1, eps: float = 1e-12) -> Tensor:
+    """``torch.nn.functional.normalize`` (diffusers ``LpNorm``)."""
+    torch = _torch()
+    return torch.nn.functional.normalize(x, p=p, dim=axis, eps=eps)
+
+
+def global_response_norm(x: Tensor, gamma: Tensor | None, beta: Tensor | None, *, spatial_axes: Any = (1, 2), eps: float = 1e-6) -> Tensor:
+    """diffusers / ConvNeXt-V2 ``GlobalResponseNorm.forward`` with ``[C]`` parameters."""
+    torch = _torch()
+    gx = torch.norm(x, p=2, dim=spatial_axes, keepdim=True)
+    nx = gx / (gx.mean(dim=-1, keepdim=True) + eps)
+    y = x * nx
+    term = None if gamma is None else gamma * y
+    if beta is not None:
+        term = beta if term is None else term + beta
+    return x if term is None else term + x
+
+
+def adaptive_rms_norm(x: Tensor, emb: Tensor, scale: Tensor | None = None, *, order: tuple[str, ...], eps: float, modulation: str = "rounded") -> Tensor:
+    """diffusers ``LuminaRMSNormZero`` (``"rounded"``) / ``MochiRMSNormZero`` (``"float32"``):
+    diffusers' RMSNorm, then ``* (1 + scale_c) (+ shift_c)`` with per-example chunks."""
+    torch = _torch()
+    chunks = dict(zip(order, emb.chunk(len(order), dim=-1), strict=True))
+    sh = next((chunks[n] for n in ("shift", "shift_msa") if n in chunks), None)
+    sc = next((chunks[n] for n in ("scale", "scale_msa") if n in chunks), None)
+    if modulation == "rounded":
+        return modulate(rms_norm(x, scale, eps=eps, convention="diffusers"), sh, sc)
+    f32 = torch.float32
+    n = rms_norm(x.to(f32), scale, eps=eps, convention="diffusers")
+    y = modulate(n, None if sh is None else sh.to(f32), None if sc is None else sc.to(f32))
+    return y.to(x.dtype)

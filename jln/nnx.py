@@ -20,6 +20,7 @@ from flax import nnx
 
 from jln import _batch_modules as B
 from jln import _modules as M
+from jln import _modules_adaptive as MA
 
 Array = jax.Array
 
@@ -36,6 +37,11 @@ __all__ = [
     "FrozenBatchNorm",
     "GroupNorm",
     "InstanceNorm",
+    "AdaLNZeroJoint",
+    "AdaLNScale",
+    "GlobalResponseNorm",
+    "LpNorm",
+    "AdaLNSingle",
 ]
 
 
@@ -252,4 +258,24 @@ class GroupNorm(_Module, kind=B.GROUP_NORM):
 
 
 class FrozenBatchNorm(_Module, kind=B.FROZEN_BATCH_NORM):
+    pass
+
+
+class AdaLNZeroJoint(_Module, kind=MA.ADA_LN_ZERO_JOINT):
+    pass
+
+
+class AdaLNScale(_Module, kind=MA.ADA_LN_SCALE):
+    pass
+
+
+class GlobalResponseNorm(_Module, kind=MA.GLOBAL_RESPONSE_NORM):
+    pass
+
+
+class LpNorm(_Module, kind=MA.LP_NORM):
+    pass
+
+
+class AdaLNSingle(_Module, kind=MA.ADA_LN_SINGLE):
     pass

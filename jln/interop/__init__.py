@@ -234,6 +234,18 @@ def _expected_shapes(module: Any, layout: Any, flat: Mapping[str, Any]) -> dict[
         return _spec_shapes(M.ada_ln_zero_specs(cfg, size("linear/kernel", 0)))
     if cls == "AdaLNContinuous":
         return _spec_shapes(M.ada_ln_continuous_specs(cfg, size("linear/kernel", 0)))
+    if cls in ("AdaLNZeroJoint", "AdaLNScale", "GlobalResponseNorm", "LpNorm", "AdaLNSingle"):
+        from jln import _modules_adaptive as MA
+
+        if cls == "AdaLNZeroJoint":
+            return _spec_shapes(MA.joint_specs(cfg, size("linear/kernel", 0)))
+        if cls == "AdaLNScale":
+            return _spec_shapes(MA.scale_specs(cfg, size("linear_1/kernel", 0)))
+        if cls == "GlobalResponseNorm":
+            return _spec_shapes(MA.grn_specs(cfg, size("gamma", 0)))
+        if cls == "AdaLNSingle":
+            return _spec_shapes(MA.single_specs(cfg))
+        return {}
     return _spec_shapes(M.encoder_layer_specs(cfg))
 
 

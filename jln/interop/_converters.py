@@ -159,6 +159,28 @@ def _same_code_as(module: str, name: str, attrs: tuple[str, ...]) -> Callable[[A
     return recognise
 
 
+def _diffusers_same_code(module: str, name: str, attrs: tuple[str, ...]) -> Callable[[Any], bool]:
+    """``name`` in diffusers' ``module``, or any diffusers class (every attribute in ``attrs``
+    present) whose ``forward`` is, as code, that class's: the model files that repeat it under
+    their own names (LTX-2's ``LTX2AdaLayerNormSingle``...). The converter still checks the
+    submodules."""
+
+    def recognise(m: Any) -> bool:
+        t = type(m)
+        if t.__module__.split(".")[0] != "diffusers" or not all(hasattr(m, a) for a in attrs):
+            return False
+        try:
+            ref = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            return False
+        if t is ref:
+            return True
+        mine = _code(t)
+        return mine is not None and mine == _code(ref)
+
+    return recognise
+
+
 def _hf_norm(names: tuple[str, ...], model: str, attrs: tuple[str, ...]) -> Callable[[Any], bool]:
     """A transformers norm by one of ``names``, or by the code of ``names[0]`` in
     ``transformers.models.<model>`` (:func:`_same_code_as`)."""
@@ -247,6 +269,25 @@ def _sd_adaptive(p: Params) -> dict[str, Any]:
     return {**_sd_linear(p["linear"], "linear."), **_sd_affine(p.get("norm", {}), "norm.")}
 
 
+def _sd_named(p: Params) -> dict[str, Any]:
+    """Each sub-tree under its torch name: a Dense (``kernel``) as ``<name>.weight`` (transposed)
+    and ``.bias``, a norm's ``scale``/``bias`` as ``<name>.weight``/``.bias``."""
+    out: dict[str, Any] = {}
+    for name, sub in p.items():
+        if "kernel" in sub:
+            out.update(_sd_linear(sub, name + "."))
+        elif any(isinstance(v, dict) for v in sub.values()):  # a group of layers (PixArt's emb)
+            out.update({f"{name}.{k}": v for k, v in _sd_named(sub).items()})
+        else:
+            out.update(_sd_affine(sub, name + "."))
+    return out
+
+
+def _sd_grn(p: Params) -> dict[str, Any]:
+    # torch keeps gamma and beta as [1, 1, 1, C]
+    return {n: jnp.asarray(p[n]).reshape((1, 1, 1, -1)) for n in ("gamma", "beta")}
+
+
 def _sd_encoder_layer(p: Params) -> dict[str, Any]:
     sa = p["self_attn"]
     qkv = [sa[n] for n in ("query", "key", "value")]
@@ -274,6 +315,11 @@ LAYOUTS: dict[str, Layout] = {
         ("TransformerEncoderLayer", _sd_encoder_layer),
         ("Dense", _sd_linear),
         ("GatedRMSNorm", _sd_affine),
+        ("AdaLNZeroJoint", _sd_named),
+        ("AdaLNScale", _sd_named),
+        ("GlobalResponseNorm", _sd_grn),
+        ("LpNorm", lambda p: {}),
+        ("AdaLNSingle", _sd_named),
     )
 }
 
@@ -422,6 +468,225 @@ def _conv_ada_continuous(m: Any, fn: str) -> tuple[Spec, Params]:
         param_dtype=_param_dtype(p),
     )
     return Spec("AdaLNContinuous", {"features": d}, (int(lin.in_features), d), opts), p
+
+
+# --------------------------------------------------------------------------- more adaptive norms
+
+
+def _rms_dim(m: Any, norm: Any, fn: str) -> int | None:
+    """The single normalized size of a diffusers RMSNorm (``None`` for Mochi's ``RMSNorm(0)``,
+    whose ``dim`` is unused without a weight)."""
+    dim = tuple(int(s) for s in norm.dim)
+    if len(dim) != 1:
+        raise _unsupported(m, fn, f"its RMSNorm has dim={dim}; diffusers reduces over the last axis only",
+                           "Use a 1-D dim.")
+    return dim[0] or None
+
+
+def _norm_kind(m: Any, norm: Any, fn: str) -> tuple[str, float, bool]:
+    """``(norm_type, eps, elementwise_affine)`` of a diffusers adaptive norm's inner norm: a
+    ``LayerNorm`` over one axis or diffusers' ``RMSNorm`` (without bias)."""
+    name = type(norm).__name__
+    affine = getattr(norm, "weight", None) is not None
+    if name == "LayerNorm" and len(norm.normalized_shape) == 1:
+        return "layer_norm", float(norm.eps), affine
+    if name == "RMSNorm" and hasattr(norm, "dim") and getattr(norm, "bias", None) is None:
+        _rms_dim(m, norm, fn)
+        return "rms_norm", float(norm.eps), affine
+    raise _unsupported(m, fn, f"its norm is {name}", "Only a 1-axis LayerNorm or diffusers' RMSNorm "
+                       "without bias is supported.")
+
+
+def _check_ln_bias(m: Any, norm: Any, norm_type: str, affine: bool, want: bool, fn: str) -> None:
+    if norm_type == "layer_norm" and affine and (getattr(norm, "bias", None) is not None) != want:
+        raise _unsupported(m, fn, "its LayerNorm bias and its linear bias disagree (diffusers sets both "
+                           "from `bias`)", "Give both a bias or neither.")
+
+
+def _conv_omni_final(m: Any, fn: str) -> tuple[Spec, Params]:
+    """Qwen2.5-Omni's ``AdaLayerNormZero_Final``: SD3's continuous norm without affine, the
+    projection in the condition's dtype."""
+    eps = _plain_norm_eps(m, m.norm, fn)
+    d, lin = int(m.norm.normalized_shape[0]), m.linear
+    if lin.out_features != 2 * d:
+        raise _unsupported(m, fn, f"linear.out_features={lin.out_features} != 2*{d}", "")
+    p: Params = {"linear": _linear(lin, fn, "linear.")}
+    opts = dict(eps=eps, elementwise_affine=False, use_bias=lin.bias is not None, norm_type="layer_norm",
+                order="continuous", project_in="cond", param_dtype=_param_dtype(p))
+    return Spec("AdaLNContinuous", {"features": d}, (int(lin.in_features), d), opts), p
+
+
+def _conv_ada_layer_norm(m: Any, fn: str) -> tuple[Spec, Params]:
+    """diffusers ``AdaLayerNorm``: ``norm(x) * (1 + scale) + shift``; chunk_dim=0 splits a 1-D
+    condition as (scale, shift), chunk_dim=1 a ``[B, 2D]`` one as (shift, scale)."""
+    if m.emb is not None:
+        raise _unsupported(
+            m, fn, "it embeds timesteps itself (num_embeddings was set)",
+            "Build AdaLayerNorm without num_embeddings (or look the timestep up in the embedding table "
+            "yourself: emb = table[timestep]) and call the jln module with (x, emb).",
+        )
+    norm, lin = m.norm, m.linear
+    if type(norm).__name__ != "LayerNorm" or len(norm.normalized_shape) != 1:
+        raise _unsupported(m, fn, f"its norm is {type(norm).__name__}", "Only a 1-axis LayerNorm.")
+    d = int(norm.normalized_shape[0])
+    if lin.out_features != 2 * d:
+        raise _unsupported(m, fn, f"linear.out_features={lin.out_features} != 2*{d} (an odd output_dim)",
+                           "Use an even output_dim.")
+    affine = norm.weight is not None
+    _check_ln_bias(m, norm, "layer_norm", affine, lin.bias is not None, fn)
+    p: Params = {"linear": _linear(lin, fn, "linear.")}
+    if affine:
+        p["norm"] = _affine(norm, fn, "norm.")
+    opts = dict(eps=float(norm.eps), elementwise_affine=affine, use_bias=lin.bias is not None,
+                norm_type="layer_norm", order="dit_final" if m.chunk_dim == 1 else "continuous",
+                project_in="cond", param_dtype=_param_dtype(p))
+    return Spec("AdaLNContinuous", {"features": d}, (int(lin.in_features), d), opts), p
+
+
+def _conv_rms_zero(norm_type: str) -> Callable[[Any, str], tuple[Spec, Params]]:
+    """diffusers ``LuminaRMSNormZero`` (``rms_norm``, the RMSNorm's weight) and
+    ``MochiRMSNormZero`` (``fp32_rms_norm``, no weight): AdaLNZero with 4 chunks."""
+
+    def convert(m: Any, fn: str) -> tuple[Spec, Params]:
+        norm, lin = m.norm, m.linear
+        kind, eps, affine = _norm_kind(m, norm, fn)
+        if kind != "rms_norm":
+            raise _unsupported(m, fn, f"its norm is {type(norm).__name__}", "Expected diffusers' RMSNorm.")
+        if norm_type == "fp32_rms_norm" and affine:
+            raise _unsupported(m, fn, "its RMSNorm has a weight", "Mochi's RMSNorm(0, eps, False) has none.")
+        if lin.out_features % 4:
+            raise _unsupported(m, fn, f"linear.out_features={lin.out_features} is not 4 chunks", "")
+        d = int(lin.out_features) // 4
+        dim = _rms_dim(m, norm, fn)
+        if affine and dim != d:
+            raise _unsupported(m, fn, f"its RMSNorm has dim {dim} but linear gives 4*{d}", "")
+        p: Params = {"linear": _linear(lin, fn, "linear.")}
+        if affine:
+            p["norm"] = _affine(norm, fn, "norm.")
+        opts = dict(num_chunks=4, eps=eps, use_bias=lin.bias is not None, norm_type=norm_type,
+                    elementwise_affine=affine, param_dtype=_param_dtype(p))
+        return Spec("AdaLNZero", {"features": d}, (int(lin.in_features), d), opts), p
+
+    return convert
+
+
+def _conv_mochi_rms(m: Any, fn: str) -> tuple[Spec, Params]:
+    """diffusers ``MochiRMSNorm``: ``(x * rsqrt(mean(f(x)^2) + eps) * w).to(dt)``, torch's
+    ``rms_norm`` with its own eps (float64 x: statistics in float32 there, float64 here)."""
+    dim = tuple(int(s) for s in m.dim)
+    if len(dim) != 1:
+        raise _unsupported(m, fn, f"dim={dim}: MochiRMSNorm reduces over the last axis only", "Use a 1-D dim.")
+    p = _affine(m, fn)
+    opts = dict(eps=float(m.eps), convention="torch", axis=-1, use_scale="scale" in p, param_dtype=_param_dtype(p))
+    return Spec("RMSNorm", {}, (dim[0],), opts), p
+
+
+def _conv_cogview3plus(m: Any, fn: str) -> tuple[Spec, Params]:
+    """diffusers ``CogView3PlusAdaLayerNormZeroTextImage``: two LayerNorms without affine of one
+    eps compute as one."""
+    eps = _plain_norm_eps(m, m.norm_x, fn)
+    if _plain_norm_eps(m, m.norm_c, fn) != eps or m.norm_c.normalized_shape != m.norm_x.normalized_shape:
+        raise _unsupported(m, fn, "norm_x and norm_c differ", "Give both the same size and eps.")
+    d, lin = int(m.norm_x.normalized_shape[0]), m.linear
+    if lin.out_features != 12 * d:
+        raise _unsupported(m, fn, f"linear.out_features={lin.out_features} != 12*{d}", "")
+    p: Params = {"linear": _linear(lin, fn, "linear.")}
+    opts = dict(num_chunks=12, eps=eps, elementwise_affine=False, use_bias=lin.bias is not None,
+                param_dtype=_param_dtype(p))
+    return Spec("AdaLNZeroJoint", {"features": d}, (int(lin.in_features), d), opts), p
+
+
+def _conv_joint(m: Any, fn: str) -> tuple[Spec, Params]:
+    norm, lin = m.norm, m.linear
+    if type(norm).__name__ != "LayerNorm" or len(norm.normalized_shape) != 1:
+        raise _unsupported(m, fn, f"its norm is {type(norm).__name__}", "Only a 1-axis LayerNorm.")
+    d = int(norm.normalized_shape[0])
+    affine = norm.weight is not None
+    if affine and norm.bias is None:
+        raise _unsupported(m, fn, "its LayerNorm has a weight but no bias", "Give it both (torch's default).")
+    if lin.out_features != 6 * d:
+        raise _unsupported(m, fn, f"linear.out_features={lin.out_features} != 6*{d}", "")
+    p: Params = {"linear": _linear(lin, fn, "linear.")}
+    if affine:
+        p["norm"] = _affine(norm, fn, "norm.")
+    opts = dict(eps=float(norm.eps), elementwise_affine=affine, use_bias=lin.bias is not None,
+                param_dtype=_param_dtype(p))
+    return Spec("AdaLNZeroJoint", {"features": d}, (int(lin.in_features), d), opts), p
+
+
+def _conv_scale(m: Any, fn: str) -> tuple[Spec, Params]:
+    """diffusers ``LuminaLayerNormContinuous`` / ``MochiLayerNormContinuous`` -> AdaLNScale."""
+    lin1, lin2 = m.linear_1, getattr(m, "linear_2", None)
+    d = int(lin1.out_features)
+    use_bias = lin1.bias is not None
+    if type(m.norm).__name__ == "MochiModulatedRMSNorm":
+        norm_type, eps, affine, norm = "fp32_rms_norm", float(m.norm.eps), False, None
+    else:
+        norm = m.norm
+        norm_type, eps, affine = _norm_kind(m, norm, fn)
+        _check_ln_bias(m, norm, norm_type, affine, use_bias, fn)
+        size = int(norm.normalized_shape[0]) if norm_type == "layer_norm" else _rms_dim(m, norm, fn)
+        if affine and size != d:
+            raise _unsupported(m, fn, f"its norm has {size} features but linear_1 gives {d}", "")
+    if lin2 is not None and (lin2.bias is not None) != use_bias:
+        raise _unsupported(m, fn, "linear_1 and linear_2 disagree on the bias", "Give both a bias or neither.")
+    p: Params = {"linear_1": _linear(lin1, fn, "linear_1.")}
+    if affine:
+        p["norm"] = _affine(norm, fn, "norm.")
+    if lin2 is not None:
+        p["linear_2"] = _linear(lin2, fn, "linear_2.")
+    opts = dict(eps=eps, elementwise_affine=affine, use_bias=use_bias, norm_type=norm_type,
+                out_features=None if lin2 is None else int(lin2.out_features), param_dtype=_param_dtype(p))
+    return Spec("AdaLNScale", {"features": d}, (int(lin1.in_features), d), opts), p
+
+
+def _conv_grn(m: Any, fn: str) -> tuple[Spec, Params]:
+    """diffusers ``GlobalResponseNorm`` (normalization.py and Stable Cascade's): ``gamma`` and
+    ``beta`` of shape ``[1, 1, 1, C]``."""
+    g, b = m.gamma, m.beta
+    if g.ndim != 4 or tuple(g.shape[:3]) != (1, 1, 1) or tuple(b.shape) != tuple(g.shape):
+        raise _unsupported(m, fn, f"gamma has shape {tuple(g.shape)} and beta {tuple(b.shape)}, expected "
+                           f"(1, 1, 1, C) both", "")
+    p = {"gamma": to_jax(g, "gamma", fn).reshape(-1), "beta": to_jax(b, "beta", fn).reshape(-1)}
+    return Spec("GlobalResponseNorm", {}, (int(g.shape[-1]),), dict(param_dtype=_param_dtype(p))), p
+
+
+def _conv_lp(m: Any, fn: str) -> tuple[Spec, Params]:
+    p = m.p
+    if not isinstance(p, (int, float)) or not p > 0:
+        raise _unsupported(m, fn, f"p={p!r}", "jln takes a positive p or float('inf').")
+    dim = m.dim if isinstance(m.dim, int) else tuple(int(a) for a in m.dim)
+    return Spec("LpNorm", {}, (), dict(p=float(p), axis=dim, eps=float(m.eps))), {}
+
+
+def _conv_single(m: Any, fn: str) -> tuple[Spec, Params]:
+    """diffusers ``AdaLayerNormSingle`` (PixArt): its timestep embedding as built by diffusers
+    (256 sinusoid channels, cos first, SiLU MLPs with biases) and its ``linear``."""
+    e = m.emb
+    tp = e.time_proj
+    mlps = ["timestep_embedder"] + (["resolution_embedder", "aspect_ratio_embedder"]
+                                    if e.use_additional_conditions else [])
+    projs = [tp] + ([e.additional_condition_proj] if e.use_additional_conditions else [])
+    standard = all(
+        (t.num_channels, t.flip_sin_to_cos, float(t.downscale_freq_shift), float(t.scale)) == (256, True, 0.0, 1.0)
+        for t in projs
+    ) and all(
+        type(getattr(e, n).act).__name__ == "SiLU" and getattr(e, n).cond_proj is None
+        and getattr(e, n).post_act is None and getattr(e, n).linear_1.bias is not None
+        for n in mlps
+    )
+    if not standard or m.linear.bias is None:
+        raise _unsupported(m, fn, "its timestep embedding is not PixArt's (256 sinusoid channels, cos "
+                           "first, SiLU MLPs with biases)", "Only the configuration diffusers builds.")
+    d = int(m.linear.in_features)
+    if m.linear.out_features % d:
+        raise _unsupported(m, fn, f"linear.out_features={m.linear.out_features} is not a multiple of {d}", "")
+    emb = {n: {k: _linear(getattr(getattr(e, n), k), fn, f"emb.{n}.{k}.") for k in ("linear_1", "linear_2")}
+           for n in mlps}
+    p: Params = {"emb": emb, "linear": _linear(m.linear, fn, "linear.")}
+    opts = dict(use_additional_conditions=bool(e.use_additional_conditions),
+                num_chunks=int(m.linear.out_features) // d, param_dtype=_param_dtype(p))
+    return Spec("AdaLNSingle", {"features": d}, (d,), opts), p
 
 
 def _activation_name(m: Any, fn: str) -> str:
@@ -671,6 +936,97 @@ CONVERTERS: tuple[Converter, ...] = (
         _hf_norm(("FalconH1RMSNormGated",), "falcon_h1", ("weight", "variance_epsilon", "n_groups", "norm_before_gate")),
         _hf_gated("float32"),
         LAYOUTS["GatedRMSNorm"],
+    ),
+    Converter(
+        "transformers Qwen2_5_OmniAdaLayerNormZero",
+        "AdaLNZero(num_chunks=6)",
+        _named(("Qwen2_5_OmniAdaLayerNormZero",), ("linear", "norm"), package="transformers"),
+        _ada_zero(6),
+        LAYOUTS["AdaLNZero"],
+    ),
+    Converter(
+        "transformers Qwen2_5_OmniAdaLayerNormZero_Final",
+        "AdaLNContinuous(elementwise_affine=False, project_in='cond')",
+        _named(("Qwen2_5_OmniAdaLayerNormZero_Final",), ("linear", "norm"), package="transformers"),
+        _conv_omni_final,
+        LAYOUTS["AdaLNContinuous"],
+    ),
+    Converter(
+        "diffusers AdaLayerNorm (num_embeddings=None)",
+        "AdaLNContinuous(project_in='cond', order='continuous' or 'dit_final')",
+        _named(("AdaLayerNorm",), ("linear", "norm", "emb", "chunk_dim"), package="diffusers"),
+        _conv_ada_layer_norm,
+        LAYOUTS["AdaLNContinuous"],
+    ),
+    Converter(
+        "diffusers SD35AdaLayerNormZeroX",
+        "AdaLNZero(num_chunks=9)",
+        _named(("SD35AdaLayerNormZeroX",), ("linear", "norm"), package="diffusers"),
+        _ada_zero(9),
+        LAYOUTS["AdaLNZero"],
+    ),
+    Converter(
+        "diffusers LuminaRMSNormZero",
+        "AdaLNZero(num_chunks=4, norm_type='rms_norm', elementwise_affine=True)",
+        _named(("LuminaRMSNormZero",), ("linear", "norm"), package="diffusers"),
+        _conv_rms_zero("rms_norm"),
+        LAYOUTS["AdaLNZero"],
+    ),
+    Converter(
+        "diffusers MochiRMSNormZero",
+        "AdaLNZero(num_chunks=4, norm_type='fp32_rms_norm')",
+        _named(("MochiRMSNormZero",), ("linear", "norm"), package="diffusers"),
+        _conv_rms_zero("fp32_rms_norm"),
+        LAYOUTS["AdaLNZero"],
+    ),
+    Converter(
+        "diffusers MochiRMSNorm",
+        "RMSNorm(convention='torch', eps=eps)",
+        _named(("MochiRMSNorm",), ("weight", "eps", "dim"), package="diffusers"),
+        _conv_mochi_rms,
+        LAYOUTS["RMSNorm"],
+    ),
+    Converter(
+        "diffusers CogVideoXLayerNormZero",
+        "AdaLNZeroJoint",
+        _named(("CogVideoXLayerNormZero",), ("linear", "norm"), package="diffusers"),
+        _conv_joint,
+        LAYOUTS["AdaLNZeroJoint"],
+    ),
+    Converter(
+        "diffusers LuminaLayerNormContinuous / MochiLayerNormContinuous",
+        "AdaLNScale",
+        _named(("LuminaLayerNormContinuous", "MochiLayerNormContinuous"), ("linear_1", "norm"), package="diffusers"),
+        _conv_scale,
+        LAYOUTS["AdaLNScale"],
+    ),
+    Converter(
+        "diffusers GlobalResponseNorm (normalization and Stable Cascade)",
+        "GlobalResponseNorm",
+        _named(("GlobalResponseNorm",), ("gamma", "beta"), package="diffusers"),
+        _conv_grn,
+        LAYOUTS["GlobalResponseNorm"],
+    ),
+    Converter(
+        "diffusers LpNorm",
+        "LpNorm",
+        _named(("LpNorm",), ("p", "dim", "eps"), package="diffusers"),
+        _conv_lp,
+        LAYOUTS["LpNorm"],
+    ),
+    Converter(
+        "diffusers AdaLayerNormSingle (PixArt), and any diffusers class whose code is its (LTX-2's)",
+        "AdaLNSingle",
+        _diffusers_same_code("diffusers.models.normalization", "AdaLayerNormSingle", ("emb", "linear")),
+        _conv_single,
+        LAYOUTS["AdaLNSingle"],
+    ),
+    Converter(
+        "diffusers CogView3PlusAdaLayerNormZeroTextImage",
+        "AdaLNZeroJoint(num_chunks=12)",
+        _named(("CogView3PlusAdaLayerNormZeroTextImage",), ("linear", "norm_x", "norm_c"), package="diffusers"),
+        _conv_cogview3plus,
+        LAYOUTS["AdaLNZeroJoint"],
     ),
 )
 
