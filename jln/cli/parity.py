@@ -105,7 +105,8 @@ def _op_case(op: _registry.Op, dtype: str, shape: Shape, k: int, variant: str = 
     return Case(op.name, dtype, shape, k, variant, run)
 
 
-#: Families that run on the XLA path only (impl="auto"); no Pallas case to check.
+#: Families whose registry entries the kernels do not all take (the gated RMSNorm kernel: the
+#: gate after the norm only); tests/test_gated.py checks its Pallas path.
 NO_KERNEL = ("gated_rms_norm",)
 
 

@@ -95,7 +95,7 @@ def from_torch(module: Any, *, api: str = "linen") -> Any:
     """Convert a torch norm layer or block into the jln Flax module with the same numbers.
 
     The result is called like the torch module's ``forward``: ``(x)`` for norms and
-    ``Linear``; ``(x, emb)`` for diffusers ``AdaLayerNormZero`` / ``AdaLayerNormZeroSingle``
+    ``Linear``; ``(x, gate)`` for transformers' gated RMSNorms (``GatedRMSNorm``); ``(x, emb)`` for diffusers ``AdaLayerNormZero`` / ``AdaLayerNormZeroSingle``
     (``emb`` already embedded: torch's ``forward(x, emb=emb)``) and ``(x, cond)`` for
     ``AdaLayerNormContinuous``; ``(src, src_mask=None, src_key_padding_mask=None, is_causal=False)`` for
     ``TransformerEncoderLayer`` (eval mode: linen ``deterministic=True`` by default, the nnx
