@@ -359,6 +359,22 @@ NEAR_MISSES: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = (
     (((f"{_T}.chameleon.modeling_chameleon", "ChameleonLayerNorm"),),
      "its per-head weight and bias apply after F.layer_norm in x's dtype (two roundings), while jln's "
      "LayerNorm takes parameters shaped like the normalized axes and rounds once"),
+    (((f"{_T}.esm.modeling_esmfold", "EsmFoldLayerNorm"),),
+     "for bfloat16 input it first casts its weight and bias to bfloat16, so its numbers depend on the "
+     "input's dtype, which a converted module does not know"),
+    (((f"{_T}.muse_spark.modeling_muse_spark", "MuseSparkTextInputScaledRMSNorm"),),
+     "it scales x by `1 + weight` and rounds to x's dtype before the statistics; jln's RMSNorm applies "
+     "the weight after them"),
+    ((("diffusers.models.autoencoders.autoencoder_kandinsky6_sr", "Kandinsky6VAERMSNorm"),
+      ("diffusers.models.latent_upscaler.latent_upscaler_kandinsky6_sr", "Kandinsky6SRLatentUpscalerRMSNorm")),
+     "it is F.normalize over the channels (x / max(||x||, 1e-12)) rounded to x's dtype, then "
+     "`* sqrt(C) * gamma` in that dtype; jln's RMSNorm divides by the root mean square with eps inside"),
+    (((f"{_T}.mobilebert.modeling_mobilebert", "NoNorm"),),
+     "it normalizes nothing (`x * weight + bias`)"),
+    (((f"{_T}.phi4_multimodal.modeling_phi4_multimodal", "Phi4MultimodalAudioMeanVarianceNormLayer"),),
+     "it applies a fixed mean and inverse standard deviation (buffers), with no statistics of x"),
+    (((f"{_T}.zaya.modeling_zaya", "ZayaQKNorm"),),
+     "it L2-normalizes both q and k to sqrt(head_dim) with a clamp and scales k per head: two inputs"),
     ((("diffusers.models.transformers.transformer_stable_audio3", "StableAudio3RMSNorm"),),
      "it computes as RMSNorm(convention='torch') but names its weight `gamma`, which jln's RMSNorm layout "
      "does not map"),
