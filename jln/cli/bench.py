@@ -56,7 +56,8 @@ def _choices(kind: str, allowed: Sequence[str], aliases: dict[str, str] | None =
             return tuple(allowed)
         out: list[str] = []
         for t in items:
-            hit = [a for a in allowed if a == t or (groups or {}).get(a) == t]
+            # an item's own name selects it alone; a family name every item of that family
+            hit = [a for a in allowed if a == t] or [a for a in allowed if (groups or {}).get(a) == t]
             if not hit:
                 raise argparse.ArgumentTypeError(
                     f"unknown {kind} {t!r};{did_you_mean(t, allowed)} Expected a comma-separated list "

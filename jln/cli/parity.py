@@ -442,7 +442,9 @@ def _select(patterns: list[str], names: list[str], families: dict[str, str], wha
         return names
     chosen: list[str] = []
     for pat in patterns:
-        hit = [n for n in names if fnmatch.fnmatchcase(n, _glob(pat)) or fnmatch.fnmatchcase(families.get(n, ""), pat)]
+        # an op's own name selects that op alone (layer_norm, not layer_norm[zero_centered] too)
+        hit = [n for n in names if n == pat] or [
+            n for n in names if fnmatch.fnmatchcase(n, _glob(pat)) or fnmatch.fnmatchcase(families.get(n, ""), pat)]
         if not hit:
             raise _UsageError(f"jln parity: unknown {what} {pat!r};{did_you_mean(pat, names)} Valid {what}s:\n  "
                               + "\n  ".join(names))
