@@ -22,9 +22,12 @@ SHAPES = [((3, 5, 48), 1), ((2, 3000), 1), ((6, 1), 1), ((0, 8), 1), ((2, 3, 4, 
 
 def _fast(dtype: str, shape: tuple[int, ...], k: int, impl: str) -> bool:
     """The default run's slice of the grid: every op, dtype and parameter dtype on the first
-    shape with the default impl, and the other shapes (wide, width 1, empty, two axes) and
-    ``impl="xla"`` in float32; the whole grid runs with --run-slow."""
-    return dtype == "float32" or ((shape, k) == SHAPES[0] and impl == "auto")
+    shape with the default impl, the other shapes (wide, width 1, empty, two axes) in float32,
+    and ``impl="xla"`` on the first shape in float32; the whole grid runs with --run-slow."""
+    first = (shape, k) == SHAPES[0]
+    if impl == "xla":
+        return dtype == "float32" and first
+    return dtype == "float32" or first
 
 
 def _cases():
