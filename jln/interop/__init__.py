@@ -41,9 +41,9 @@ def supported_modules() -> tuple[str, ...]:
       >>> supported_modules()[0]
       'torch.nn.LayerNorm -> LayerNorm'
     """
-    from jln.interop import _converters
+    from jln.interop import _table
 
-    return tuple(f"{c.source} -> {c.target}" for c in _converters.CONVERTERS)
+    return tuple(f"{c.source} -> {c.target}" for c in _table.CONVERTERS)
 
 
 def _build(spec: Any, api: str) -> Any:
@@ -139,13 +139,13 @@ def from_torch(module: Any, *, api: str = "linen") -> Any:
     fn = "jln.interop.from_torch"
     if api not in _API:
         raise ValueError(f"{fn}: `api` must be one of {_API}; received {api!r}.")
-    from jln.interop import _arrays, _converters
+    from jln.interop import _arrays, _table, _variants
 
     _arrays.import_torch(fn)
-    conv = _converters.find(module)
+    conv = _table.find(module)
     if conv is None:
         listed = "\n  ".join(supported_modules())
-        why = _converters._variants.explain(module)
+        why = _variants.explain(module)
         raise TypeError(
             f"{fn}: no converter for {type(module).__module__}.{type(module).__qualname__}. "
             + (f"{why}\n" if why else "")
@@ -172,18 +172,18 @@ def _layout_of(module: Any, fn: str) -> Any:
 
     from jln import linen as jlinen
     from jln import nnx as jnnx
-    from jln.interop import _converters
+    from jln.interop import _table
 
     if isinstance(module, (flax.linen.Dense, nnx.Linear)):
-        return _converters.LAYOUTS["Dense"]
-    for name, layout in _converters.LAYOUTS.items():
+        return _table.LAYOUTS["Dense"]
+    for name, layout in _table.LAYOUTS.items():
         for ns in (jlinen, jnnx):
             cls = getattr(ns, name, None)
             if isinstance(cls, type) and isinstance(module, cls):
                 return layout
     raise TypeError(
         f"{fn}: no torch layout for {type(module).__module__}.{type(module).__qualname__}; "
-        f"expected a jln.linen / jln.nnx module among {sorted(_converters.LAYOUTS)} (or flax "
+        f"expected a jln.linen / jln.nnx module among {sorted(_table.LAYOUTS)} (or flax "
         f"Dense / nnx.Linear), as returned by jln.interop.from_torch."
     )
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from jln.interop import _converters
 from jln.interop._arrays import to_jax
 from jln.interop._converters import (
     Converter,
@@ -139,5 +138,3 @@ CONVERTERS: tuple[Converter, ...] = (
 )
 
 # appended to the one table (see the end of _converters)
-_converters.LAYOUTS.update(LAYOUTS)
-_converters.CONVERTERS = (*_converters.CONVERTERS, *CONVERTERS)

@@ -1029,22 +1029,3 @@ CONVERTERS: tuple[Converter, ...] = (
         LAYOUTS["AdaLNZeroJoint"],
     ),
 )
-
-
-def find(m: Any) -> Converter | None:
-    """The converter that recognises ``m``, or None."""
-    for c in CONVERTERS:
-        if c.recognise(m):
-            return c
-    return None
-
-
-# the batch-statistics norms' converters and layouts live in their own module, which appends
-# them to CONVERTERS and LAYOUTS when imported (whichever of the two is imported first)
-import jln.interop._batch_converters  # noqa: E402, F401
-
-# LayerNorm/RMSNorm variants of model files (channels-first, zero-centred, float32 flows,
-# weightless...): their converters use the helpers above, so they are appended last.
-from jln.interop import _variants  # noqa: E402
-
-CONVERTERS = CONVERTERS + _variants.CONVERTERS
