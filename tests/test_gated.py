@@ -159,7 +159,6 @@ def test_impl_auto_stays_on_xla_for_the_gated_norm(monkeypatch):
     from jln import _dispatch, kernels
     from jln._contract.gated_rms_norm import GatedRMSNormSpec
     from jln._contract.rms_norm import RMSNormSpec
-
     from jln.kernels import _cpu
 
     monkeypatch.setattr(kernels, "native", lambda backend, n=0: True)

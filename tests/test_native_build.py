@@ -239,6 +239,7 @@ BUILT_LATER = """
 """
 
 
+@pytest.mark.slow  # a subprocess with a stand-in compiler
 def test_unbuilt_is_not_final(tmp_path: Path) -> None:
     real = _real_library()
     cache, log = tmp_path / "cache", tmp_path / "compiler.log"

@@ -172,7 +172,7 @@ def test_rows_whose_sum_of_squares_overflows_give_bias_as_torch_and_flax(impl):
 
 
 @pytest.mark.parametrize("conv", RMS_CONVENTIONS)
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("dtype", first_fast("float32", "bfloat16", "float16"))
 def test_all_zero_rows_rms(conv, dtype):
     x = jnp.zeros((3, 8), dtype).at[1].set(jnp.arange(8, dtype=dtype))
     w = jnp.ones((8,), dtype)
@@ -192,7 +192,7 @@ def test_seed_form_gradient_at_zero_is_one_over_eps():
     np.testing.assert_allclose(np.asarray(g[0]), np.arange(8.0) / 1e-8, rtol=1e-6)
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("bad", first_fast(np.nan, np.inf, -np.inf))
 @pytest.mark.parametrize("fn", ["layer_norm", "rms_norm", "seed", "add_layer_norm"])
 def test_nonfinite_row_is_contained(fn, bad):
     f = {
@@ -321,7 +321,7 @@ _TORCH_FORMS = {
 }
 
 
-@pytest.mark.parametrize("impl", ["xla", "auto"])
+@pytest.mark.parametrize("impl", first_fast("auto", "xla"))
 @pytest.mark.parametrize("op", sorted(_TORCH_FORMS))
 def test_small_float16_gradients_are_not_flushed(op, impl):
     # a float16 cotangent below float16's smallest normal (2**-14, e.g. an unscaled loss's
@@ -425,7 +425,7 @@ def test_gradients_of_rows_whose_squares_near_float32_overflow(impl):
     assert max(errors.values()) <= 1e-5, {k: f"{v:.1e}" for k, v in errors.items() if v > 1e-5}
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", first_fast("bfloat16", "float32"))
 def test_eps_zero_rows_below_float32_normal_variance(dtype):
     # with eps=0 a row with std ~1e-20 has squares below float32's smallest normal, which XLA
     # flushes to 0 (rstd = inf, y = inf); torch keeps subnormals and stays finite. jln scales
