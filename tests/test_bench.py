@@ -321,6 +321,19 @@ def test_same_data_across_impls() -> None:
     np.testing.assert_allclose(yt.numpy(), ref, atol=2e-5)
 
 
+@pytest.mark.parametrize("op", ["gated_rms_norm[mamba]", "gated_rms_norm[qwen3_next]", "batch_norm", "group_norm[1]"])
+def test_flax_baselines_compute_torchs_numbers(op: str) -> None:
+    # flax has no gated RMSNorm and other defaults for BatchNorm/GroupNorm: the baselines a
+    # flax user writes must still do torch's arithmetic, or the timing compares other work.
+    torch = pytest.importorskip("torch")
+    data = _bench.make_data(32, 256, jnp.float32, 1)
+    p, _ = _bench.op_inputs(op, data, 0)
+    with _bench.standard_promotion():
+        (y,) = _bench_impls.jax_op("flax", op)(p)
+    (yt,) = _bench_impls.torch_op(op)({k: torch.from_numpy(np.array(v)) for k, v in p.items()})
+    np.testing.assert_allclose(np.asarray(y), yt.numpy(), atol=3e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -115,10 +115,12 @@ def _flax(op: str, two_pass: bool) -> Callable[[dict[str, Any]], tuple[Any, ...]
         raise Skip(f"flax.linen has no {_convention(o)} RMSNorm convention")
     if o.family == "modulate":
         raise Skip("flax.linen has no modulate")
+    if o.family in ("gated_rms_norm", *_registry.BATCH_STATS) and two_pass:
+        raise Skip(f"flax's {o.family} baseline has one variant (`flax`)")
     if o.family == "gated_rms_norm":
-        raise Skip("flax.linen has no gated RMSNorm")
+        return _flax_gated(o, eps)
     if o.family in _registry.BATCH_STATS:
-        raise Skip(f"flax's {o.family} differs from torch's (eps, momentum): torch times the reference")
+        return _flax_batch_stats(o, eps)
     fast = not two_pass
 
     def ln(x: Any, scale: Any, bias: Any) -> Any:
@@ -131,6 +133,51 @@ def _flax(op: str, two_pass: bool) -> Callable[[dict[str, Any]], tuple[Any, ...]
         return nn.RMSNorm(epsilon=eps, param_dtype=x.dtype).apply({"params": {"scale": scale}}, x)
 
     return _compose(o, ln, rms)
+
+
+def _flax_gated(o: _registry.Op, eps: float) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    """flax has no gated RMSNorm: a flax user composes ``nn.RMSNorm`` with the gate, before the
+    statistics (Mamba-2's order) or after the norm (the other conventions)."""
+    import flax.linen as nn
+
+    before = _convention(o) == "mamba"
+
+    def gated(p: dict[str, Any]) -> tuple[Any, ...]:
+        x, w = p["x"], p["scale"]
+        g = jax.nn.silu(p["gate"].astype(jnp.float32))
+        norm = nn.RMSNorm(epsilon=eps, param_dtype=w.dtype)
+        if before:
+            return (norm.apply({"params": {"scale": w}}, (x.astype(jnp.float32) * g).astype(x.dtype)),)
+        y: Any = norm.apply({"params": {"scale": w}}, x)
+        return ((y * g).astype(x.dtype),)
+
+    return gated
+
+
+def _flax_batch_stats(o: _registry.Op, eps: float) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    """flax's ``nn.BatchNorm`` (a training step: batch statistics, running averages updated)
+    and ``nn.GroupNorm``, on the channels-last rows the registry feeds every implementation.
+    Their defaults differ from torch's (eps, momentum); the timed arithmetic is the same."""
+    import flax.linen as nn
+
+    if o.family == "batch_norm":
+
+        def bn(p: dict[str, Any]) -> tuple[Any, ...]:
+            x, w, b = p["x"], p["scale"], p["bias"]
+            stats = {"mean": jnp.zeros(x.shape[-1:], jnp.float32), "var": jnp.ones(x.shape[-1:], jnp.float32)}
+            m = nn.BatchNorm(use_running_average=False, axis=-1, momentum=0.9, epsilon=eps, param_dtype=w.dtype)
+            y, _ = m.apply({"params": {"scale": w, "bias": b}, "batch_stats": stats}, x, mutable=["batch_stats"])
+            return (y,)
+
+        return bn
+    groups = int(o.options["num_groups"])
+
+    def gn(p: dict[str, Any]) -> tuple[Any, ...]:
+        w = p["scale"]
+        m = nn.GroupNorm(num_groups=groups, epsilon=eps, param_dtype=w.dtype)
+        return (m.apply({"params": {"scale": w, "bias": p["bias"]}}, p["x"]),)
+
+    return gn
 
 
 def _jnp(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
