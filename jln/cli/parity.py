@@ -163,13 +163,27 @@ def _randomize(module: Any, seed: int) -> Any:
     return module.eval()
 
 
-def _hf_norm(cls_name: str, d: int, eps: float) -> Any:
-    from transformers.models.gemma import modeling_gemma
-    from transformers.models.llama import modeling_llama
-    from transformers.models.t5 import modeling_t5
+def _hf_norm(cls_name: str, d: int, eps: float | None = None, **kw: Any) -> Any:
+    where = {"LlamaRMSNorm": "llama", "GemmaRMSNorm": "gemma", "T5LayerNorm": "t5", "DetrFrozenBatchNorm2d": "detr",
+             "Qwen3NextRMSNormGated": "qwen3_next", "Mamba2RMSNormGated": "mamba2"}
+    model = where[cls_name]
+    cls = getattr(importlib.import_module(f"transformers.models.{model}.modeling_{model}"), cls_name)
+    return cls(d, **kw) if eps is None else cls(d, eps=eps, **kw)
 
-    where = {"LlamaRMSNorm": modeling_llama, "GemmaRMSNorm": modeling_gemma, "T5LayerNorm": modeling_t5}
-    return getattr(where[cls_name], cls_name)(d, eps=eps)
+
+def _with_running_stats(module: Any, seed: int = 1) -> Any:
+    """``module`` with random running statistics (and, for a frozen norm, random affine
+    buffers), so eval mode does not normalize with the identity's mean 0 and variance 1."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, b in module.named_buffers():
+            if name.endswith("running_mean") or name.endswith("bias"):
+                b.copy_(0.3 * torch.randn(b.shape, generator=g))
+            elif name.endswith("running_var") or name.endswith("weight"):
+                b.copy_(0.5 + torch.rand(b.shape, generator=g))
+    return module
 
 
 def _diffusers(cls_name: str, *args: Any, **kw: Any) -> Any:
@@ -202,6 +216,7 @@ def _module_specs() -> tuple[ModuleSpec, ...]:
     nn = torch.nn
     d = 32
     seq = ((2, 5, d),)
+    img = ((2, d, 3, 3),)  # NCHW, as torch's batch-statistics norms take it
     f32_upcast = ("{} computes in float32 even for float64 inputs, so torch has no float64 "
                   "reference to hold jln's float64 result to")
     return (
@@ -247,6 +262,24 @@ def _module_specs() -> tuple[ModuleSpec, ...]:
             "module:AdaLayerNormContinuous[linen]",
             lambda: _diffusers("AdaLayerNormContinuous", d, 16, elementwise_affine=True, eps=1e-6),
             ((2, 5, d), (2, 16)), needs="diffusers",
+        ),
+        ModuleSpec("module:nn.GroupNorm[linen]", lambda: nn.GroupNorm(4, d), img),
+        ModuleSpec("module:nn.InstanceNorm2d[nnx]", lambda: nn.InstanceNorm2d(d, affine=True), img, api="nnx"),
+        ModuleSpec("module:nn.BatchNorm2d[linen,eval]", lambda: _with_running_stats(nn.BatchNorm2d(d)), img),
+        ModuleSpec("module:nn.BatchNorm1d[nnx,eval]", lambda: _with_running_stats(nn.BatchNorm1d(d)), ((4, d, 5),), api="nnx"),
+        ModuleSpec(
+            "module:DetrFrozenBatchNorm2d[linen]", lambda: _with_running_stats(_hf_norm("DetrFrozenBatchNorm2d", d)),
+            img, needs="transformers",
+        ),
+        ModuleSpec(
+            "module:Qwen3NextRMSNormGated[linen]", lambda: _hf_norm("Qwen3NextRMSNormGated", d, 1e-6),
+            ((2, 5, d), (2, 5, d)), needs="transformers",
+            skip_float64=f32_upcast.format("transformers' Qwen3NextRMSNormGated"),
+        ),
+        ModuleSpec(
+            "module:Mamba2RMSNormGated[nnx]", lambda: _hf_norm("Mamba2RMSNormGated", d, 1e-6, group_size=d),
+            ((2, 5, d), (2, 5, d)), api="nnx", needs="transformers",
+            skip_float64=f32_upcast.format("transformers' Mamba2RMSNormGated"),
         ),
     )
 
