@@ -74,7 +74,19 @@ def rms_norm(
     ``"seed"``        ``x / max(||x||_2 * n^{-1/2}, eps) * w`` with torch's per-op     1e-8
                       rounding in ``dt``: x-transformers' 2021 RMSNorm, the seed
                       model's (alias ``"x-transformers"``)
+    ``"eager"``       every op in ``dt``: ``x / sqrt(mean(x**2) + eps)``, each op      finfo(f32).eps
+                      rounded to ``dt`` (a mean accumulates in float32, rounds
+                      once), then ``w * h`` as llama: ImageGPT, LTX-2's
+                      PerChannelRMSNorm / PixelNorm (aliases ``"imagegpt"``,
+                      ``"ltx2"``)
+    ``"round_rstd"``  ``r = rsqrt(mean(f(x)^2) + eps).astype(dt)``; ``x * r`` in       1e-6
+                      ``dt``, then ``w * h`` as llama: DeepSeek-V4's and
+                      GLM-5-Next's unweighted RMSNorm (aliases ``"deepseek_v4"``,
+                      ``"glm5_next"``)
     ================  ==============================================================  ============
+
+    ``"eager"`` and ``"round_rstd"`` run on the XLA path only (``impl="pallas"``/``"native"``
+    raise ``ValueError`` for them).
 
     Args:
       x: floating array.
@@ -97,8 +109,9 @@ def rms_norm(
 
     Raises:
       TypeError: ``x`` or a parameter is not floating.
-      ValueError: bad parameter shape, bad axis, negative eps, unknown convention, or a bias
-        outside the diffusers convention.
+      ValueError: bad parameter shape, bad axis, negative eps, unknown convention, a bias
+        outside the diffusers convention, or ``impl="pallas"``/``"native"`` with an XLA-only
+        convention (``"eager"``, ``"round_rstd"``).
       NameError: ``axis_name`` is not bound (outside ``shard_map``/``pmap``).
 
     Example:

@@ -30,6 +30,17 @@ CONVENTIONS: dict[str, tuple[tuple[str, ...], float | None]] = {
     "t5": ((), 1e-6),
     "diffusers": ((), None),
     "seed": (("x-transformers",), 1e-8),
+    "eager": (("imagegpt", "ltx2"), None),
+    "round_rstd": (("deepseek_v4", "glm5_next"), 1e-6),
+}
+#: The conventions only the XLA path computes, and what they round that the kernels do not:
+#: ``"eager"`` (ImageGPT's RMSNorm, LTX-2's PerChannelRMSNorm / PixelNorm) takes every op in the
+#: input dtype (``x / sqrt(mean(x**2) + eps)``, each op rounded); ``"round_rstd"`` (DeepSeek-V4's
+#: and GLM-5-Next's unweighted RMSNorm) rounds the float32 ``rsqrt`` to the input dtype before
+#: ``x * rstd``.
+XLA_ONLY = {
+    "eager": "computes every op in the input dtype (no float32 statistics)",
+    "round_rstd": "rounds rstd to the input dtype before multiplying x by it",
 }
 ALIASES = {alias: name for name, (aliases, _) in CONVENTIONS.items() for alias in (name, *aliases)}
 
@@ -66,7 +77,7 @@ def output_dtype(convention: str, dtype: Any, scale_dtype: Any, bias_dtype: Any 
             return _stats.promote(dt, _stats.stats_dtype(dt))
         return dt
     wd = jnp.dtype(scale_dtype)
-    if convention in ("llama", "seed"):
+    if convention in ("llama", "seed", "eager", "round_rstd"):
         return _stats.promote(dt, wd)
     # t5 and diffusers: h = x * rsqrt(var) is float32; cast to w's dtype if w is half
     h = _stats.promote(dt, _stats.stats_dtype(dt))
@@ -85,7 +96,7 @@ def rms_steps(convention: str, io_dtype: Any, scale_dtype: Any, has_bias: bool) 
     """
     if convention in ("torch", "gemma"):
         return convention == "gemma", None, None
-    if convention in ("llama", "seed"):
+    if convention in ("llama", "seed", "eager", "round_rstd"):
         return False, jnp.dtype(io_dtype), None  # cast to the input dtype, *then* the weight
     if scale_dtype is None:  # t5 / diffusers without a weight
         return False, None, None
@@ -132,6 +143,11 @@ class RMSNormSpec(NormSpec):
         the global count."""
         x32 = _stats.upcast(x)
         name, groups = self.axis_name, self.axis_index_groups
+        if self.convention == "eager":
+            return self.tail(self.eager_normalized(x32), *operands)
+        if self.convention == "round_rstd":
+            r = _stats.round_to(_stats.inv_std_of(x32, self.axes, self.eps, None, name, groups), self.io_dtype)
+            return self.tail(_stats.round_to(x32 * r, self.io_dtype), *operands)
         if self.convention == "seed":
             n = _stats.count(x.shape, self.axes, name, groups)
             sum_sq = _stats.sum_square(x32, self.axes, name, groups)
@@ -139,6 +155,23 @@ class RMSNormSpec(NormSpec):
             return self.tail(x32 / denom, *operands)
         h = _stats.normalized(x32, self.axes, self.eps, None, name, groups)
         return self.tail(h, *operands)
+
+    def eager_normalized(self, x32: Array) -> Array:
+        """``x / sqrt(mean(x**2) + eps)`` with every op rounded to ``io_dtype`` (a reduction
+        accumulates in float32 and rounds once, as torch's mean on CPU); values of ``io_dtype``
+        held in ``x32``'s dtype."""
+        dt = self.io_dtype
+
+        def r(v: Array) -> Array:
+            return _stats.round_to(v, dt)
+
+        ms = r(_stats.row_mean(r(x32 * x32), self.axes, self.axis_name, self.axis_index_groups))
+        return r(x32 / r(jnp.sqrt(r(ms + self.eps))))
+
+    def kernel_reason(self) -> str | None:
+        """Why no kernel computes this convention (``None``: the kernels may)."""
+        why = XLA_ONLY.get(self.convention)
+        return None if why is None else f"the {self.convention!r} RMSNorm convention {why}, which only the XLA path implements"
 
     def seed_denominator(self, sum_sq: Array, n: int) -> Array:
         """The seed convention's ``max(||x||_2 * n^-1/2, eps)`` from the row's sum of squares."""
