@@ -28,7 +28,7 @@ def choose(fn: str, impl: str, spec: NormSpec, x: Any, operands: tuple[Any, ...]
     why = spec.kernel_reason()
     if why is not None:  # a convention only the XLA body computes
         if impl != "auto":
-            raise ValueError(f"{fn}: impl={impl!r} is not available for this call: {why}. Use impl='xla' or 'auto'.")
+            raise ValueError(f"{fn}: impl={impl!r} is not available here: {why}. Use impl='xla' or 'auto'.")
         return "xla"
     backend = platform_of(x)
     tiny = _stats.tiny_eps(spec.eps, x.dtype)

@@ -194,6 +194,8 @@ OPS: tuple[Op, ...] = (
     Op("batch_norm", "batch_norm", options={"training": True, "channel_axis": -1}, multi_axis=False),
     Op("group_norm[1]", "group_norm", options={"num_groups": 1, "channel_axis": -1}, multi_axis=False),
     Op("layer_norm[zero_centered]", "layer_norm", options={"zero_centered": True}, scale_center=0.0),
+    _rms("eager", eps=1e-5),
+    _rms("round_rstd", eps=1e-6),
 )
 
 BY_NAME: dict[str, Op] = {op.name: op for op in OPS}

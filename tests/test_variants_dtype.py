@@ -176,7 +176,7 @@ def _x(shape: tuple[int, ...], dtype: Any, seed: int = 0) -> Any:
 def test_kernels_refuse_the_xla_only_conventions(fn: Any, convention: str) -> None:
     x = _x((4, 64), jnp.bfloat16)
     for impl in ("pallas", "native"):
-        with pytest.raises(ValueError, match=rf"impl='{impl}' is not available for this call: the '{convention}' "
+        with pytest.raises(ValueError, match=rf"impl='{impl}' is not available here: the '{convention}' "
                                              rf".* only the XLA path implements\. Use impl='xla' or 'auto'"):
             fn(x, convention=convention, impl=impl)
     np.testing.assert_array_equal(np.asarray(fn(x, convention=convention), np.float32),
