@@ -496,6 +496,10 @@ NEAR_MISSES: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = (
     ((("diffusers.models.autoencoders.autoencoder_vidtok", "VidTokLayerNorm"),),
      "it computes as LayerNorm(axis=1) but holds its parameters under `norm.` (norm.weight), which jln's "
      "LayerNorm layout does not map"),
+    (((f"{_T}.axk2.modeling_axk2", "AXK2GatedRMSNorm"),),
+     "it is an RMSNorm followed by a learned gate, `y * sigmoid(fc2(silu(fc1(y))))` in float32 cast to y's "
+     "dtype: a sub-network, not a norm. Its `norm` child (LLaMA's code) converts to RMSNorm(convention='llama'); "
+     "write the gate with two flax Dense layers"),
 )
 
 
