@@ -447,8 +447,8 @@ RMSNormConfig = make_config(
     (EPS.but(type="float | None", default=None, doc="``None`` takes the convention's default (torch: "
              "``finfo(float32).eps``)."),
      Option("convention", "str", "torch", "``\"torch\"``, ``\"llama\"``, ``\"gemma\"``, ``\"t5\"``, "
-            "``\"diffusers\"``, ``\"seed\"``, ``\"eager\"`` or ``\"round_rstd\"`` (cast order and eps "
-            "default as :func:`jln.rms_norm`); "
+            "``\"diffusers\"``, ``\"seed\"``, ``\"eager\"``, ``\"round_rstd\"`` or ``\"input_scaled\"`` (cast "
+            "order and eps default as :func:`jln.rms_norm`); ``\"input_scaled\"`` also initialises ``scale`` to 0; "
             "``\"gemma\"`` initialises ``scale`` to 0 (it multiplies by ``1 + scale``). With "
             "``dtype=None`` the output dtype is the convention's (``\"llama\"``: bf16 x with float32 "
             "scale gives float32)."),
@@ -462,7 +462,7 @@ RMSNormConfig = make_config(
 
 def rms_norm_specs(cfg: Any, features: tuple[int, ...]) -> dict[str, ParamSpec]:
     # Gemma multiplies by (1 + scale), so its identity weight is 0.
-    return layer_norm_specs(cfg, features, zeros if _canonical(cfg) == "gemma" else ones)
+    return layer_norm_specs(cfg, features, zeros if _canonical(cfg) in ("gemma", "input_scaled") else ones)
 
 
 def apply_rms_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:

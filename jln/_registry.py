@@ -169,7 +169,7 @@ def _rms(conv: str, **kw: Any) -> Op:
         params=("scale", "bias") if conv == "diffusers" else ("scale",),
         options={"convention": conv, **kw},
         exact=conv != "torch",
-        scale_center=0.0 if conv == "gemma" else 1.0,
+        scale_center=0.0 if conv in ("gemma", "input_scaled") else 1.0,
     )
 
 
@@ -196,6 +196,7 @@ OPS: tuple[Op, ...] = (
     Op("layer_norm[zero_centered]", "layer_norm", options={"zero_centered": True}, scale_center=0.0),
     _rms("eager", eps=1e-5),
     _rms("round_rstd", eps=1e-6),
+    _rms("input_scaled", eps=1e-6),
 )
 
 BY_NAME: dict[str, Op] = {op.name: op for op in OPS}

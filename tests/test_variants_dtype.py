@@ -1,7 +1,8 @@
 """The dtype-flow variants of LayerNorm and RMSNorm: ``layer_norm(convention="deberta" |
 "eager")`` and ``rms_norm(convention="eager" | "round_rstd")``, and the model files' norms that
 convert onto them (DeBERTa, VitDet, MoonshineStreaming, ImageGPT, LTX-2, QwenImage 2.1,
-DeepSeek-V4, GLM-5-Next).
+DeepSeek-V4, GLM-5-Next, MuseSpark's input-scaled RMSNorm); and ``rms_norm(convention=
+"input_scaled")``.
 
 Every expected value is torch's own output (torch 2.13 CPU; transformers and diffusers as
 installed) from random weights and inputs: float32 within 1e-5 of torch, bfloat16 and float16
@@ -76,6 +77,9 @@ CASES = [
          {"convention": "round_rstd", "use_scale": False}, weighted=False, default="bf16"),
     Case("Glm5NextTextUnweightedRMSNorm", _t("glm5_next.modeling_glm5_next", "Glm5NextTextUnweightedRMSNorm"),
          {"convention": "round_rstd", "use_scale": False}, weighted=False),
+    Case("MuseSparkTextInputScaledRMSNorm",
+         _t("muse_spark.modeling_muse_spark", "MuseSparkTextInputScaledRMSNorm", D),
+         {"convention": "input_scaled"}),
 ]
 BY_ID = {c.id: c for c in CASES}
 
@@ -151,6 +155,7 @@ def test_converted_variant_gradients_match_torch(case_id: str) -> None:
     ("DebertaLayerNorm", {"convention": "torch"}),
     pytest.param("ImageGPTLayerNorm", {"convention": "llama"}, marks=pytest.mark.slow),
     pytest.param("DeepseekV4UnweightedRMSNorm", {"convention": "torch"}, marks=pytest.mark.slow),
+    pytest.param("MuseSparkTextInputScaledRMSNorm", {"convention": "gemma"}, marks=pytest.mark.slow),
 ])
 def test_the_previous_nearest_convention_misses(case_id: str, old: dict[str, Any]) -> None:
     # the check above can fail: the convention jln had before differs from torch in half precision
@@ -171,7 +176,8 @@ def _x(shape: tuple[int, ...], dtype: Any, seed: int = 0) -> Any:
 
 @pytest.mark.parametrize(("fn", "convention"), [
     (jln.layer_norm, "eager"), *(pytest.param(f, c, marks=pytest.mark.slow) for f, c in (
-        (jln.layer_norm, "deberta"), (jln.rms_norm, "eager"), (jln.rms_norm, "round_rstd"))),
+        (jln.layer_norm, "deberta"), (jln.rms_norm, "eager"), (jln.rms_norm, "round_rstd"),
+        (jln.rms_norm, "input_scaled"))),
 ])
 def test_kernels_refuse_the_xla_only_conventions(fn: Any, convention: str) -> None:
     x = _x((4, 64), jnp.bfloat16)
@@ -190,6 +196,7 @@ def test_aliases_name_the_same_computation() -> None:
         (jln.layer_norm, "vitdet", "eager"), (jln.layer_norm, "moonshine", "deberta"),
         (jln.rms_norm, "imagegpt", "eager"), (jln.rms_norm, "ltx2", "eager"),
         (jln.rms_norm, "deepseek_v4", "round_rstd"), (jln.rms_norm, "glm5_next", "round_rstd"),
+        (jln.rms_norm, "muse_spark_input", "input_scaled"),
     ]
     for fn, alias, name in pairs:
         np.testing.assert_array_equal(np.asarray(fn(x, w, convention=alias, eps=1e-5)),

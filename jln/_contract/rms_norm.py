@@ -32,15 +32,19 @@ CONVENTIONS: dict[str, tuple[tuple[str, ...], float | None]] = {
     "seed": (("x-transformers",), 1e-8),
     "eager": (("imagegpt", "ltx2"), None),
     "round_rstd": (("deepseek_v4", "glm5_next"), 1e-6),
+    "input_scaled": (("muse_spark_input",), 1e-6),
 }
 #: The conventions only the XLA path computes, and what they round that the kernels do not:
 #: ``"eager"`` (ImageGPT's RMSNorm, LTX-2's PerChannelRMSNorm / PixelNorm) takes every op in the
 #: input dtype (``x / sqrt(mean(x**2) + eps)``, each op rounded); ``"round_rstd"`` (DeepSeek-V4's
 #: and GLM-5-Next's unweighted RMSNorm) rounds the float32 ``rsqrt`` to the input dtype before
-#: ``x * rstd``.
+#: ``x * rstd``; ``"input_scaled"`` (MuseSpark's input-scaled RMSNorm) multiplies x by ``1 + w``
+#: (formed in w's dtype) and rounds to the input dtype *before* the statistics, then normalizes
+#: as ``"torch"`` without a weight.
 XLA_ONLY = {
     "eager": "computes every op in the input dtype (no float32 statistics)",
     "round_rstd": "rounds rstd to the input dtype before multiplying x by it",
+    "input_scaled": "scales x by `1 + w` before the statistics",
 }
 ALIASES = {alias: name for name, (aliases, _) in CONVENTIONS.items() for alias in (name, *aliases)}
 
@@ -70,7 +74,7 @@ def default_eps(convention: str, dtype: Any) -> float:
 def output_dtype(convention: str, dtype: Any, scale_dtype: Any, bias_dtype: Any = None) -> jnp.dtype:
     """The dtype each convention returns for input ``dtype`` and weight ``scale_dtype``."""
     dt = jnp.dtype(dtype)
-    if convention in ("torch", "gemma"):
+    if convention in ("torch", "gemma", "input_scaled"):
         return dt
     if scale_dtype is None:
         if convention == "t5":  # x * rsqrt(var) promotes to the statistics dtype
@@ -94,7 +98,7 @@ def rms_steps(convention: str, io_dtype: Any, scale_dtype: Any, has_bias: bool) 
     bias; a ``None`` dtype is no rounding. The only place the conventions' dtype order lives:
     the XLA body (:meth:`RMSNormSpec.tail`) and the kernels apply these steps.
     """
-    if convention in ("torch", "gemma"):
+    if convention in ("torch", "gemma", "input_scaled"):  # (input_scaled: its weight acts before)
         return convention == "gemma", None, None
     if convention in ("llama", "seed", "eager", "round_rstd"):
         return False, jnp.dtype(io_dtype), None  # cast to the input dtype, *then* the weight
@@ -145,6 +149,11 @@ class RMSNormSpec(NormSpec):
         name, groups = self.axis_name, self.axis_index_groups
         if self.convention == "eager":
             return self.tail(self.eager_normalized(x32), *operands)
+        if self.convention == "input_scaled":
+            w = operands[0] if operands else None
+            if w is not None:  # x.float() * (1 + w).float(), rounded to x's dtype
+                x32 = _stats.round_to(x32 * _stats.round_to(1.0 + w.astype(x32.dtype), w.dtype), self.io_dtype)
+            return self.tail(_stats.normalized(x32, self.axes, self.eps, None, name, groups))
         if self.convention == "round_rstd":
             r = _stats.round_to(_stats.inv_std_of(x32, self.axes, self.eps, None, name, groups), self.io_dtype)
             return self.tail(_stats.round_to(x32 * r, self.io_dtype), *operands)

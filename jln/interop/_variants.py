@@ -452,6 +452,14 @@ CONVERTERS: tuple[C.Converter, ...] = (
         _rms("round_rstd", "variance_epsilon"),
         _RMS,
     ),
+    C.Converter(
+        "transformers MuseSparkTextInputScaledRMSNorm and its copies (x scaled by `1 + weight` and cast to x's "
+        "dtype before the statistics)",
+        "RMSNorm(convention='input_scaled')",
+        computes_as(((f"{_T}.muse_spark.modeling_muse_spark", "MuseSparkTextInputScaledRMSNorm"),), ("weight", "eps")),
+        _rms("input_scaled", "eps"),
+        _RMS,
+    ),
 )
 
 
@@ -477,9 +485,6 @@ NEAR_MISSES: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = (
     (((f"{_T}.esm.modeling_esmfold", "EsmFoldLayerNorm"),),
      "for bfloat16 input it first casts its weight and bias to bfloat16, so its numbers depend on the "
      "input's dtype, which a converted module does not know"),
-    (((f"{_T}.muse_spark.modeling_muse_spark", "MuseSparkTextInputScaledRMSNorm"),),
-     "it scales x by `1 + weight` and rounds to x's dtype before the statistics; jln's RMSNorm applies "
-     "the weight after them"),
     ((("diffusers.models.autoencoders.autoencoder_kandinsky6_sr", "Kandinsky6VAERMSNorm"),
       ("diffusers.models.latent_upscaler.latent_upscaler_kandinsky6_sr", "Kandinsky6SRLatentUpscalerRMSNorm")),
      "it is F.normalize over the channels (x / max(||x||, 1e-12)) rounded to x's dtype, then "
@@ -515,7 +520,7 @@ def explain(m: Any) -> str | None:
             "Its forward matches none of the computations jln recognises (the classes listed below and "
             "their copies). The nearest families are jln.linen.LayerNorm (axis, zero_centered, use_scale, "
             "use_bias, convention: torch, deberta, eager) and jln.linen.RMSNorm (convention: torch, llama, "
-            "gemma, t5, diffusers, seed, eager, round_rstd; see jln.layer_norm's and jln.rms_norm's tables of "
+            "gemma, t5, diffusers, seed, eager, round_rstd, input_scaled; see jln.layer_norm's and jln.rms_norm's tables of "
             "where each rounds): if one computes the same dtype flow, build it and "
             "load the weights with its layout."
         )
