@@ -455,7 +455,7 @@ RMSNormConfig = make_config(
      AXIS, USE_SCALE.but(doc="learnable ``scale``."),
      USE_BIAS.but(default=False, doc="learnable ``bias`` (``convention=\"diffusers\"`` only)."), *COMPUTE,
      *DISTRIBUTED, SCALE_INIT.but(doc="as :class:`LayerNorm`'s; ``None``: the convention's identity (ones, "
-                                  "zeros for ``\"gemma\"``)."), BIAS_INIT),
+                                  "zeros for ``\"gemma\"`` and ``\"input_scaled\"``)."), BIAS_INIT),
     _check_rms_norm, canonical=property(_canonical),
 )
 

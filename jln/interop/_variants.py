@@ -12,6 +12,10 @@ of :class:`jln.linen.LayerNorm` / :class:`jln.linen.RMSNorm`; none adds a formul
 * RMSNorm whose weight multiplies in float32 before the one cast (Gemma 3n/4 with
   ``with_scale``, Moshi, Helium, NemotronH...), with or without a weight (the weightless
   QK-norms of Llama 4, FalconMamba...): ``convention="torch"``.
+* the dtype flows of model files that round where ``F.layer_norm``/``F.rms_norm`` do not: the
+  LayerNorm conventions ``"deberta"`` (DeBERTa; MoonshineStreaming with ``zero_centered``) and
+  ``"eager"`` (VitDet), the RMSNorm conventions ``"eager"`` (ImageGPT, LTX-2), ``"round_rstd"``
+  (DeepSeek-V4, GLM-5-Next) and ``"input_scaled"`` (MuseSpark).
 """
 
 from __future__ import annotations
