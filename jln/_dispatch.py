@@ -25,6 +25,11 @@ def choose(fn: str, impl: str, spec: NormSpec, x: Any, operands: tuple[Any, ...]
     """
     if impl == "xla":
         return "xla"
+    why = spec.kernel_reason()
+    if why is not None:  # a convention only the XLA body computes
+        if impl != "auto":
+            raise ValueError(f"{fn}: impl={impl!r} is not available here: {why}. Use impl='xla' or 'auto'.")
+        return "xla"
     backend = platform_of(x)
     tiny = _stats.tiny_eps(spec.eps, x.dtype)
     if tiny and impl != "auto":

@@ -9,6 +9,7 @@ import jax
 
 from jln import _args, _checks, _dispatch, _eager
 from jln._checks import Axis
+from jln._contract import layer_norm as contract
 from jln._contract.layer_norm import LayerNormSpec
 
 Array = jax.Array
@@ -26,6 +27,7 @@ def layer_norm(
     axis_name: Any = None,
     axis_index_groups: Any = None,
     zero_centered: bool = False,
+    convention: str = "torch",
 ) -> Array:
     r"""Layer normalization, numerically identical in contract to ``torch.nn.functional.layer_norm``.
 
@@ -33,7 +35,27 @@ def layer_norm(
 
         y = \frac{x - \mathrm{E}[x]}{\sqrt{\mathrm{Var}[x] + \epsilon}} \cdot \mathrm{scale} + \mathrm{bias}
 
-    with the biased variance (divide by N) and ``eps`` inside the square root. Statistics are
+    with the biased variance (divide by N) and ``eps`` inside the square root. With ``f()`` a
+    cast to float32 (float64 for float64 input) and ``dt`` the input dtype, ``convention`` says
+    where the reference rounds:
+
+    ===============  ============================================================================
+    convention       computation
+    ===============  ============================================================================
+    ``"torch"``      ``F.layer_norm``: ``(f(x) - mean) * rsqrt(var + eps) * w + b`` in float32,
+                     one cast to ``dt`` (float32 params do not promote)
+    ``"deberta"``    the same float32 statistics; ``h = ((f(x) - mean) / sqrt(var + eps))
+                     .astype(dt)``, then ``w * h`` and ``+ b`` each rounded to torch's promotion
+                     (bf16 x with float32 w gives float32): DeBERTa's LayerNorm; with
+                     ``zero_centered``, ``nn.LayerNorm(affine=False)(x) * (gamma + 1)``
+                     (MoonshineStreaming; alias ``"moonshine"``)
+    ``"eager"``      every op in ``dt``: ``u = mean(x)``, ``v = mean((x - u)**2)``,
+                     ``(x - u) / sqrt(v + eps)``, each rounded to ``dt`` (a mean accumulates in
+                     float32 and rounds once), then the affine as ``"deberta"``: VitDet's and
+                     ConvNeXt's hand-written LayerNorm (alias ``"vitdet"``)
+    ===============  ============================================================================
+
+    Statistics are
     taken over ``axis`` in float32 (float64 for float64 input): the mean about a per-row pivot,
     rounded, plus its residual, so large offsets keep full precision, values near the mean are
     centred as accurately as torch's, and the variance is never negative. Reverse mode keeps only
@@ -65,15 +87,21 @@ def layer_norm(
         ``scale``'s dtype before the norm (a bfloat16 ``scale`` gives a bfloat16 ``1 + scale``),
         so every ``impl`` receives the same weight; the gradient with respect to ``scale`` is
         that with respect to ``1 + scale``. Requires ``scale``.
+      convention: ``"torch"``, ``"deberta"`` or ``"eager"`` (or an alias), as in the table.
+        ``"deberta"`` and ``"eager"`` run on the XLA path (``impl="pallas"``/``"native"``
+        raise ``ValueError`` for them); for float32 input all three give torch's numbers.
 
     Returns:
-      Array of ``x.shape`` and ``x.dtype`` (float32 params do not promote a bfloat16 ``x``).
+      Array of ``x.shape``: ``x.dtype`` for ``"torch"`` (float32 params do not promote a
+      bfloat16 ``x``); for ``"deberta"``/``"eager"`` the promotion of ``x.dtype`` with the
+      parameters' dtypes.
 
     Raises:
       TypeError: ``x`` (or a parameter) is not a floating array.
       ValueError: ``scale``/``bias`` shape differs from ``x``'s shape at the normalized axes;
         an axis is out of range or repeated; ``axis`` is empty; ``eps`` is negative;
-        ``zero_centered=True`` without ``scale``.
+        ``zero_centered=True`` without ``scale``; an unknown ``convention``, or
+        ``impl="pallas"``/``"native"`` with a convention other than ``"torch"``.
       NameError: ``axis_name`` is not bound (outside ``shard_map``/``pmap``).
 
     Example:
@@ -83,14 +111,19 @@ def layer_norm(
       >>> x = jnp.array([2.0, -1.0, 3.0, 0.0])
       >>> np.asarray(jln.layer_norm(x, jnp.zeros(4), zero_centered=True)).round(3)  # 1 + 0
       array([ 0.632, -1.265,  1.265, -0.632], dtype=float32)
+      >>> xb = jnp.array([[2.0, -1.0, 3.0, 0.0]], jnp.bfloat16)
+      >>> jln.layer_norm(xb, jnp.ones(4), convention="deberta").dtype  # w * h promotes
+      dtype('float32')
 
     Reference: Ba, Kiros and Hinton, "Layer Normalization" (2016).
     """
     fn = "jln.layer_norm"
     axes, s, b = _args.params(fn, x, scale, bias, axis)
     s = _args.zero_centered_scale(fn, s, zero_centered)
+    conv = contract.resolve_convention(convention, fn)
+    out = contract.output_dtype(conv, x.dtype, None if s is None else s.dtype, None if b is None else b.dtype)
     spec = LayerNormSpec(
-        axes=axes, eps=_checks.check_eps(eps, fn), out_dtype=x.dtype,
+        axes=axes, eps=_checks.check_eps(eps, fn), out_dtype=out, convention=conv, io_dtype=x.dtype,
         **_args.dist(fn, impl, axis_name, axis_index_groups),
     )
     return _dispatch.apply(fn, impl, spec, x, (s, b, None, None))

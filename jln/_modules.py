@@ -46,6 +46,7 @@ from jln._adaptive import (
 )
 from jln._contract.gated_rms_norm import ACTIVATIONS as GATED_ACTIVATIONS
 from jln._contract.gated_rms_norm import resolve_convention as resolve_gated
+from jln._contract.layer_norm import resolve_convention as resolve_ln
 from jln._contract.rms_norm import resolve_convention
 from jln._gated import gated_rms_norm
 from jln._layer_norm import layer_norm
@@ -362,6 +363,7 @@ def _check_layer_norm(cfg: Any) -> None:
     _checks.check_eps(cfg.eps, "jln LayerNorm")
     _check_common(cfg, "jln LayerNorm")
     check_inits(cfg, "jln LayerNorm")
+    resolve_ln(cfg.convention, "jln LayerNorm")
     if cfg.zero_centered and not cfg.use_scale:
         raise ValueError(
             "jln LayerNorm: zero_centered=True multiplies by `1 + scale`, so it needs use_scale=True; "
@@ -376,7 +378,12 @@ LayerNormConfig = make_config(
      Option("zero_centered", "bool", False, "multiply by ``1 + scale`` (Nemotron's ``LayerNorm1P``, "
             "TransformerEngine's ``zero_centered_gamma``), ``1 + scale`` rounded to ``param_dtype``; "
             "``scale`` then initialises to 0. ``axis=1`` gives channels-first LayerNorm "
-            "(``LayerNorm2d``, ``data_format=\"channels_first\"``).")),
+            "(``LayerNorm2d``, ``data_format=\"channels_first\"``)."),
+     Option("convention", "str", "torch", "where the reference rounds, as :func:`jln.layer_norm`: "
+            "``\"torch\"``, ``\"deberta\"`` (the row rounded to the input dtype, then the affine; "
+            "alias ``\"moonshine\"``) or ``\"eager\"`` (every op in the input dtype; alias "
+            "``\"vitdet\"``). With ``dtype=None`` the latter two promote a bf16 ``x`` with float32 "
+            "parameters to float32, as torch's ``weight * h`` does.")),
     _check_layer_norm,
 )
 
@@ -406,9 +413,10 @@ def _apply_norm(norm: Callable[..., Array], params: Params, x: Array, cfg: Any, 
 
 def apply_layer_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
     """``jln.layer_norm(x, scale, bias)`` with the module's dtype rule and monitor."""
+    options: dict[str, Any] = {} if cfg.convention == "torch" else {"convention": cfg.convention}
     if cfg.zero_centered:
-        return _apply_norm(layer_norm, params, x, cfg, "jln LayerNorm", zero_centered=True)
-    return _apply_norm(layer_norm, params, x, cfg, "jln LayerNorm")
+        options["zero_centered"] = True
+    return _apply_norm(layer_norm, params, x, cfg, "jln LayerNorm", **options)
 
 
 # --------------------------------------------------------------------------- RMSNorm
@@ -439,21 +447,22 @@ RMSNormConfig = make_config(
     (EPS.but(type="float | None", default=None, doc="``None`` takes the convention's default (torch: "
              "``finfo(float32).eps``)."),
      Option("convention", "str", "torch", "``\"torch\"``, ``\"llama\"``, ``\"gemma\"``, ``\"t5\"``, "
-            "``\"diffusers\"`` or ``\"seed\"`` (cast order and eps default as :func:`jln.rms_norm`); "
+            "``\"diffusers\"``, ``\"seed\"``, ``\"eager\"``, ``\"round_rstd\"`` or ``\"input_scaled\"`` (cast "
+            "order and eps default as :func:`jln.rms_norm`); ``\"input_scaled\"`` also initialises ``scale`` to 0; "
             "``\"gemma\"`` initialises ``scale`` to 0 (it multiplies by ``1 + scale``). With "
             "``dtype=None`` the output dtype is the convention's (``\"llama\"``: bf16 x with float32 "
             "scale gives float32)."),
      AXIS, USE_SCALE.but(doc="learnable ``scale``."),
      USE_BIAS.but(default=False, doc="learnable ``bias`` (``convention=\"diffusers\"`` only)."), *COMPUTE,
      *DISTRIBUTED, SCALE_INIT.but(doc="as :class:`LayerNorm`'s; ``None``: the convention's identity (ones, "
-                                  "zeros for ``\"gemma\"``)."), BIAS_INIT),
+                                  "zeros for ``\"gemma\"`` and ``\"input_scaled\"``)."), BIAS_INIT),
     _check_rms_norm, canonical=property(_canonical),
 )
 
 
 def rms_norm_specs(cfg: Any, features: tuple[int, ...]) -> dict[str, ParamSpec]:
     # Gemma multiplies by (1 + scale), so its identity weight is 0.
-    return layer_norm_specs(cfg, features, zeros if _canonical(cfg) == "gemma" else ones)
+    return layer_norm_specs(cfg, features, zeros if _canonical(cfg) in ("gemma", "input_scaled") else ones)
 
 
 def apply_rms_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:

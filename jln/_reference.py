@@ -51,7 +51,18 @@ def rms_norm(x: Tensor, scale: Tensor | None = None, *, k: int = 1, eps: float |
         norm = torch.linalg.vector_norm(x, dim=dims, keepdim=True) * n**-0.5
         y = x / norm.clamp(min=eps)
         return y if scale is None else y * scale
+    if convention == "eager":  # ImageGPT's LayerNorm, LTX-2's PerChannelRMSNorm: no upcast
+        h = x / torch.sqrt(torch.mean(torch.square(x), dim=dims, keepdim=True) + eps)
+        return h if scale is None else h * scale
     f = x.to(torch.float32) if dt in (torch.float16, torch.bfloat16, torch.float32) else x
+    if convention == "input_scaled":  # MuseSparkTextInputScaledRMSNorm: 1 + w, then the statistics
+        if scale is not None:
+            x = (f * (1.0 + scale).to(f.dtype)).to(dt)
+        g = x.to(f.dtype)
+        return (g * torch.rsqrt(g.pow(2).mean(dims, keepdim=True) + eps)).to(dt)
+    if convention == "round_rstd":  # DeepseekV4UnweightedRMSNorm / Glm5NextTextUnweightedRMSNorm
+        h = x * torch.rsqrt(f.square().mean(dims, keepdim=True) + eps).to(dt)
+        return h if scale is None else scale * h
     if convention == "llama":  # transformers LlamaRMSNorm / Qwen2RMSNorm / MistralRMSNorm
         h = f * torch.rsqrt(f.pow(2).mean(dims, keepdim=True) + eps)
         h = h.to(dt)

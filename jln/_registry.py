@@ -169,7 +169,7 @@ def _rms(conv: str, **kw: Any) -> Op:
         params=("scale", "bias") if conv == "diffusers" else ("scale",),
         options={"convention": conv, **kw},
         exact=conv != "torch",
-        scale_center=0.0 if conv == "gemma" else 1.0,
+        scale_center=0.0 if conv in ("gemma", "input_scaled") else 1.0,
     )
 
 
@@ -194,6 +194,9 @@ OPS: tuple[Op, ...] = (
     Op("batch_norm", "batch_norm", options={"training": True, "channel_axis": -1}, multi_axis=False),
     Op("group_norm[1]", "group_norm", options={"num_groups": 1, "channel_axis": -1}, multi_axis=False),
     Op("layer_norm[zero_centered]", "layer_norm", options={"zero_centered": True}, scale_center=0.0),
+    _rms("eager", eps=1e-5),
+    _rms("round_rstd", eps=1e-6),
+    _rms("input_scaled", eps=1e-6),
 )
 
 BY_NAME: dict[str, Op] = {op.name: op for op in OPS}

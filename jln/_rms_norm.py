@@ -60,21 +60,37 @@ def rms_norm(
     With ``f()`` a cast to float32 (float64 for float64 input), ``dt`` the input dtype,
     ``r = rsqrt(mean(f(x)^2) + eps)`` (eps inside the square root) and ``w`` the scale:
 
-    ================  ==============================================================  ============
-    convention        computation                                                     eps=None
-    ================  ==============================================================  ============
-    ``"torch"``       ``(f(x) * r * f(w)).astype(dt)``; output ``dt`` even for f32 w  finfo(f32).eps
-    ``"llama"``       ``h = (f(x) * r).astype(dt)``, then ``w * h`` with promotion:    1e-6
-                      bf16 x with f32 w gives **float32** (aliases ``"qwen2"``,
-                      ``"mistral"``)
-    ``"gemma"``       ``(f(x) * r * (1 + f(w))).astype(dt)``; w starts at 0            1e-6
-    ``"t5"``          ``h = f(x) * r`` (float32); cast h to w's dtype if w is half;    1e-6
-                      ``w * h``; without w the result stays float32
-    ``"diffusers"``   as t5, plus ``+ bias``; without w the result is cast to ``dt``   finfo(f32).eps
-    ``"seed"``        ``x / max(||x||_2 * n^{-1/2}, eps) * w`` with torch's per-op     1e-8
-                      rounding in ``dt``: x-transformers' 2021 RMSNorm, the seed
-                      model's (alias ``"x-transformers"``)
-    ================  ==============================================================  ============
+    ==================  ==============================================================  ============
+    convention          computation                                                     eps=None
+    ==================  ==============================================================  ============
+    ``"torch"``         ``(f(x) * r * f(w)).astype(dt)``; output ``dt`` even for f32 w  finfo(f32).eps
+    ``"llama"``         ``h = (f(x) * r).astype(dt)``, then ``w * h`` with promotion:    1e-6
+                        bf16 x with f32 w gives **float32** (aliases ``"qwen2"``,
+                        ``"mistral"``)
+    ``"gemma"``         ``(f(x) * r * (1 + f(w))).astype(dt)``; w starts at 0            1e-6
+    ``"t5"``            ``h = f(x) * r`` (float32); cast h to w's dtype if w is half;    1e-6
+                        ``w * h``; without w the result stays float32
+    ``"diffusers"``     as t5, plus ``+ bias``; without w the result is cast to ``dt``   finfo(f32).eps
+    ``"seed"``          ``x / max(||x||_2 * n^{-1/2}, eps) * w`` with torch's per-op     1e-8
+                        rounding in ``dt``: x-transformers' 2021 RMSNorm, the seed
+                        model's (alias ``"x-transformers"``)
+    ``"eager"``         every op in ``dt``: ``x / sqrt(mean(x**2) + eps)``, each op      finfo(f32).eps
+                        rounded to ``dt`` (a mean accumulates in float32, rounds
+                        once), then ``w * h`` as llama: ImageGPT, LTX-2's
+                        PerChannelRMSNorm / PixelNorm (aliases ``"imagegpt"``,
+                        ``"ltx2"``)
+    ``"round_rstd"``    ``r = rsqrt(mean(f(x)^2) + eps).astype(dt)``; ``x * r`` in       1e-6
+                        ``dt``, then ``w * h`` as llama: DeepSeek-V4's and
+                        GLM-5-Next's unweighted RMSNorm (aliases ``"deepseek_v4"``,
+                        ``"glm5_next"``)
+    ``"input_scaled"``  ``x' = (f(x) * f(1 + w)).astype(dt)``, ``1 + w`` in w's dtype,  1e-6
+                        **before** the statistics, then ``"torch"`` without a weight:
+                        MuseSpark's input-scaled RMSNorm (alias
+                        ``"muse_spark_input"``); w starts at 0
+    ==================  ==============================================================  ============
+
+    ``"eager"``, ``"round_rstd"`` and ``"input_scaled"`` run on the XLA path only
+    (``impl="pallas"``/``"native"`` raise ``ValueError`` for them).
 
     Args:
       x: floating array.
@@ -97,8 +113,9 @@ def rms_norm(
 
     Raises:
       TypeError: ``x`` or a parameter is not floating.
-      ValueError: bad parameter shape, bad axis, negative eps, unknown convention, or a bias
-        outside the diffusers convention.
+      ValueError: bad parameter shape, bad axis, negative eps, unknown convention, a bias
+        outside the diffusers convention, or ``impl="pallas"``/``"native"`` with an XLA-only
+        convention (``"eager"``, ``"round_rstd"``, ``"input_scaled"``).
       NameError: ``axis_name`` is not bound (outside ``shard_map``/``pmap``).
 
     Example:

@@ -413,6 +413,11 @@ def _row_means(
     return list(_collective(lax.psum, sums, axis_name, axis_index_groups) / n)
 
 
+def row_mean(v: Array, axes: tuple[int, ...], axis_name: Any = None, axis_index_groups: Any = None) -> Array:
+    """The row mean of ``v`` (keepdims), in ``v``'s dtype; of the whole row with ``axis_name``."""
+    return _row_means((v,), axes, axis_name, axis_index_groups)[0]
+
+
 def safe_sqrt(v: Array) -> Array:
     """``sqrt(v)`` whose derivative at ``v == 0`` is 0 instead of ``inf`` (so ``0 * inf``
     never produces a NaN gradient for an all-zero row)."""

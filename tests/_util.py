@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jln import _compare, _registry
+from jln._contract.rms_norm import XLA_ONLY
 
 
 @contextlib.contextmanager
@@ -65,7 +66,8 @@ def kernel_ops() -> list[_registry.Op]:
     """``jln parity``'s ops that have kernels (all but plain modulation)."""
     # (gated: its kernel takes the gate after the norm only, not mamba's order; tests/test_gated.py)
     no_kernel = ("modulate", "gated_rms_norm", *_registry.BATCH_STATS)
-    return [op for op in _registry.OPS if op.family not in no_kernel]
+    # (the XLA-only RMSNorm conventions: the kernels refuse them, tests/test_variants_dtype.py)
+    return [op for op in _registry.OPS if op.family not in no_kernel and op.options.get("convention") not in XLA_ONLY]
 
 
 def kernel_programs(op: _registry.Op, shape: tuple[int, ...], dtype: str, param_dtype: str | None = None) -> tuple[Any, Any, list[jax.Array]]:

@@ -110,7 +110,9 @@ def test_layer_norm_output_dtype_is_input_dtype_even_with_f32_params():
 
 
 # --- float16 range ------------------------------------------------------------------------
-@pytest.mark.parametrize("conv", [None, *RMS_CONVENTIONS])
+# "eager" squares in float16 as its references do (x**2 overflows above 256, as in torch; its
+# own test compares that with torch): every other convention keeps float16's extremes finite
+@pytest.mark.parametrize("conv", [None, *(c for c in RMS_CONVENTIONS if c != "eager")])
 def test_float16_extremes_are_finite_and_correct(conv):
     rng = np.random.default_rng(0)
     x = (rng.uniform(-6e4, 6e4, (8, 64))).astype(np.float16)

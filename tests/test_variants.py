@@ -266,10 +266,8 @@ def test_variants_are_listed() -> None:
 
 
 @pytest.mark.parametrize(("path", "name", "args", "message"), [
-    ("deepseek_v4.modeling_deepseek_v4", "DeepseekV4UnweightedRMSNorm", (), "rounds rsqrt"),
-    ("glm5_next.modeling_glm5_next", "Glm5NextTextUnweightedRMSNorm", (), "rounds rsqrt"),  # a copy
-    ("vitdet.modeling_vitdet", "VitDetLayerNorm", (D,), "op by op in the input's dtype"),
-    ("deberta.modeling_deberta", "DebertaLayerNorm", (D,), "casts the normalized row to x's dtype"),
+    ("pocket_tts.modeling_pocket_tts", "PocketTTSFlowLayerNorm", (D,), "rsqrt is not correctly rounded"),
+    ("esm.modeling_esmfold", "EsmFoldLayerNorm", (D,), "casts its weight and bias to bfloat16"),
     ("stablelm.modeling_stablelm", "StableLmLayerNormPerHead", (D, 4), "one LayerNorm per head"),
 ])
 def test_refusals_say_what_differs_from_the_nearest_family(path: str, name: str, args: Any, message: str) -> None:

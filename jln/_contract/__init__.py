@@ -55,6 +55,12 @@ class NormSpec:
     def result_dtype(self) -> jnp.dtype:
         raise NotImplementedError
 
+    def kernel_reason(self) -> str | None:
+        """Why no kernel (Pallas or native) computes this spec, or ``None`` when the kernels
+        may: dispatch asks it first, so ``impl="auto"`` takes the XLA path for such a spec and
+        ``impl="pallas"``/``"native"`` refuse it with this reason."""
+        return None
+
     def body(self, x: Array, *operands: Array | None) -> Array:
         """The XLA body: :meth:`formula` under the remat policy, so reverse mode keeps ``x`` (own
         dtype), the operands and the named per-row statistics, nothing else."""

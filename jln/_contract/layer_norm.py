@@ -1,4 +1,5 @@
-"""LayerNorm's contract: its spec, formula, affine and modulation epilogue, dtype rules."""
+"""LayerNorm's contract: its spec, formula, affine and modulation epilogue, dtype rules, and the
+conventions' table (where each reference rounds to the input dtype)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,72 @@ from jln import _stats
 from jln._contract import NormSpec
 
 Array = jax.Array
+
+#: Convention name -> aliases. ``"torch"``: ``F.layer_norm`` (float32 statistics, the affine in
+#: float32, one rounding). ``"deberta"``: the same statistics, the normalized row rounded to the
+#: input dtype, then ``weight * h + bias`` op by op with torch's promotion (DeBERTa's LayerNorm;
+#: a ``nn.LayerNorm`` without affine followed by ``* (gamma + 1)``, MoonshineStreaming's, is this
+#: with ``zero_centered``). ``"eager"``: every op in the input dtype, no float32 statistics
+#: (``u = mean(x)``, ``(x - u).pow(2).mean()``, ``(x - u) / sqrt(var + eps)``; VitDet's and
+#: ConvNeXt's hand-written LayerNorm), then the affine as ``"deberta"``.
+CONVENTIONS: dict[str, tuple[str, ...]] = {
+    "torch": (),
+    "deberta": ("moonshine",),
+    "eager": ("vitdet",),
+}
+ALIASES = {alias: name for name, aliases in CONVENTIONS.items() for alias in (name, *aliases)}
+
+
+def resolve_convention(convention: Any, fn: str) -> str:
+    """The canonical name of ``convention`` (an alias such as ``"vitdet"`` gives ``"eager"``)."""
+    if not isinstance(convention, str) or convention not in ALIASES:
+        raise ValueError(
+            f"{fn}: unknown LayerNorm convention {convention!r}; expected one of {sorted(ALIASES)} "
+            f"(see jln.layer_norm's table)."
+        )
+    return ALIASES[convention]
+
+
+def output_dtype(convention: str, dtype: Any, scale_dtype: Any = None, bias_dtype: Any = None) -> jnp.dtype:
+    """The dtype a convention returns: ``dtype`` for torch; else torch's promotion of the input
+    dtype with the weight's and the bias's (a float32 weight makes a bfloat16 input's result
+    float32, as ``weight * h`` does in torch)."""
+    if convention == "torch":
+        return jnp.dtype(dtype)
+    return _stats.promote(dtype, *(d for d in (scale_dtype, bias_dtype) if d is not None))
+
+
+def affine_rounded(y: Array, scale: Array | None, bias: Array | None, io_dtype: Any) -> Array:
+    """``round(y, io_dtype)``, then ``* scale`` and ``+ bias`` each rounded to torch's promotion
+    of the dtypes so far (the eager affine of the ``"deberta"`` and ``"eager"`` conventions).
+    ``y`` and the result are held in the statistics dtype; the operands are cast to it exactly."""
+    sd, dt = y.dtype, jnp.dtype(io_dtype)
+    y = _stats.round_to(y, dt)
+    if scale is not None:
+        dt = _stats.promote(dt, scale.dtype)
+        y = _stats.round_to(y * scale.astype(sd), dt)
+    if bias is not None:
+        dt = _stats.promote(dt, bias.dtype)
+        y = _stats.round_to(y + bias.astype(sd), dt)
+    return y
+
+
+def eager_normalized(x: Array, axes: tuple[int, ...], eps: float, axis_name: Any = None, groups: Any = None) -> Array:
+    """``(x - u) / sqrt(mean((x - u)^2) + eps)`` with ``u = mean(x)``, every op rounded to
+    ``x``'s dtype as an eager framework computes it (a reduction accumulates in float32 and
+    rounds once, as torch's mean on CPU). Returns values of ``x``'s dtype held in the
+    statistics dtype. With ``axis_name`` the means are of the whole row."""
+    dt = x.dtype
+    x32 = _stats.upcast(x)
+
+    def r(v: Array) -> Array:
+        return _stats.round_to(v, dt)
+
+    def mean(v: Array) -> Array:
+        return r(_stats.row_mean(v, axes, axis_name, groups))
+
+    d = r(x32 - mean(x32))
+    return r(d / r(jnp.sqrt(r(mean(r(d * d)) + eps))))
 
 
 def modulation_dtypes(y_dtype: Any, shift_dtype: Any, mscale_dtype: Any) -> tuple[jnp.dtype, jnp.dtype]:
@@ -51,13 +118,17 @@ class LayerNormSpec(NormSpec):
     """LayerNorm, optionally modulated (adaptive LayerNorm):
     ``y = (x - mean) / sqrt(var + eps) * scale + bias``, rounded to ``out_dtype``, then
     ``y * (mod_offset + mscale) + shift`` rounded op by op (``shift_dtype``/``mscale_dtype``:
-    the conditions' dtypes, ``None`` when absent), returned in ``mod_dtype``."""
+    the conditions' dtypes, ``None`` when absent), returned in ``mod_dtype``. ``convention``
+    (canonical, see :data:`CONVENTIONS`) with ``io_dtype`` (the input's dtype) says where the
+    row is rounded; only ``"torch"`` is modulated."""
 
     out_dtype: Any
     mod_offset: float = 1.0
     mod_dtype: Any = None
     shift_dtype: Any = None
     mscale_dtype: Any = None
+    convention: str = "torch"
+    io_dtype: Any = None
 
     op = "layer_norm"
     operands = ("scale", "bias", "shift", "mscale")
@@ -74,8 +145,10 @@ class LayerNormSpec(NormSpec):
     def formula(self, x: Array, *operands: Array | None) -> Array:
         """``(x - mean) * rsqrt(var + eps)``, statistics about a per-row pivot in the statistics
         dtype (global rows with ``axis_name``), then :meth:`tail`."""
-        x32 = _stats.upcast(x)
         groups = self.axis_index_groups
+        if self.convention == "eager":
+            return self.tail(eager_normalized(x, self.axes, self.eps, self.axis_name, groups), *operands)
+        x32 = _stats.upcast(x)
         _, d, var = _stats.centered(x32, self.axes, self.axis_name, groups)
         y = _stats.normalized(x32, self.axes, self.eps, (d, var), self.axis_name, groups)
         return self.tail(y, *operands)
@@ -84,6 +157,8 @@ class LayerNormSpec(NormSpec):
         """Affine, output rounding, modulation. ``y`` is in the statistics dtype; the operands
         are cast to it (exactly), so a kernel may pass them widened."""
         scale, bias, shift, mscale = (*operands, None, None, None, None)[:4]
+        if self.convention != "torch":
+            return affine_rounded(y, scale, bias, self.io_dtype).astype(self.result_dtype)
         sd = y.dtype
         if scale is not None:
             y = y * scale.astype(sd)
@@ -95,3 +170,12 @@ class LayerNormSpec(NormSpec):
                 self.shift_dtype, self.mscale_dtype,
             )
         return y.astype(self.result_dtype)
+
+    def kernel_reason(self) -> str | None:
+        """Why no kernel computes this spec (``None``: the kernels may)."""
+        if self.convention == "torch":
+            return None
+        return (
+            f"the {self.convention!r} LayerNorm convention rounds to the input dtype op by op, which "
+            f"only the XLA path implements"
+        )

@@ -30,6 +30,21 @@ CONVENTIONS: dict[str, tuple[tuple[str, ...], float | None]] = {
     "t5": ((), 1e-6),
     "diffusers": ((), None),
     "seed": (("x-transformers",), 1e-8),
+    "eager": (("imagegpt", "ltx2"), None),
+    "round_rstd": (("deepseek_v4", "glm5_next"), 1e-6),
+    "input_scaled": (("muse_spark_input",), 1e-6),
+}
+#: The conventions only the XLA path computes, and what they round that the kernels do not:
+#: ``"eager"`` (ImageGPT's RMSNorm, LTX-2's PerChannelRMSNorm / PixelNorm) takes every op in the
+#: input dtype (``x / sqrt(mean(x**2) + eps)``, each op rounded); ``"round_rstd"`` (DeepSeek-V4's
+#: and GLM-5-Next's unweighted RMSNorm) rounds the float32 ``rsqrt`` to the input dtype before
+#: ``x * rstd``; ``"input_scaled"`` (MuseSpark's input-scaled RMSNorm) multiplies x by ``1 + w``
+#: (formed in w's dtype) and rounds to the input dtype *before* the statistics, then normalizes
+#: as ``"torch"`` without a weight.
+XLA_ONLY = {
+    "eager": "computes every op in the input dtype (no float32 statistics)",
+    "round_rstd": "rounds rstd to the input dtype before multiplying x by it",
+    "input_scaled": "scales x by `1 + w` before the statistics",
 }
 ALIASES = {alias: name for name, (aliases, _) in CONVENTIONS.items() for alias in (name, *aliases)}
 
@@ -59,14 +74,14 @@ def default_eps(convention: str, dtype: Any) -> float:
 def output_dtype(convention: str, dtype: Any, scale_dtype: Any, bias_dtype: Any = None) -> jnp.dtype:
     """The dtype each convention returns for input ``dtype`` and weight ``scale_dtype``."""
     dt = jnp.dtype(dtype)
-    if convention in ("torch", "gemma"):
+    if convention in ("torch", "gemma", "input_scaled"):
         return dt
     if scale_dtype is None:
         if convention == "t5":  # x * rsqrt(var) promotes to the statistics dtype
             return _stats.promote(dt, _stats.stats_dtype(dt))
         return dt
     wd = jnp.dtype(scale_dtype)
-    if convention in ("llama", "seed"):
+    if convention in ("llama", "seed", "eager", "round_rstd"):
         return _stats.promote(dt, wd)
     # t5 and diffusers: h = x * rsqrt(var) is float32; cast to w's dtype if w is half
     h = _stats.promote(dt, _stats.stats_dtype(dt))
@@ -83,9 +98,9 @@ def rms_steps(convention: str, io_dtype: Any, scale_dtype: Any, has_bias: bool) 
     bias; a ``None`` dtype is no rounding. The only place the conventions' dtype order lives:
     the XLA body (:meth:`RMSNormSpec.tail`) and the kernels apply these steps.
     """
-    if convention in ("torch", "gemma"):
+    if convention in ("torch", "gemma", "input_scaled"):  # (input_scaled: its weight acts before)
         return convention == "gemma", None, None
-    if convention in ("llama", "seed"):
+    if convention in ("llama", "seed", "eager", "round_rstd"):
         return False, jnp.dtype(io_dtype), None  # cast to the input dtype, *then* the weight
     if scale_dtype is None:  # t5 / diffusers without a weight
         return False, None, None
@@ -132,6 +147,16 @@ class RMSNormSpec(NormSpec):
         the global count."""
         x32 = _stats.upcast(x)
         name, groups = self.axis_name, self.axis_index_groups
+        if self.convention == "eager":
+            return self.tail(self.eager_normalized(x32), *operands)
+        if self.convention == "input_scaled":
+            w = operands[0] if operands else None
+            if w is not None:  # x.float() * (1 + w).float(), rounded to x's dtype
+                x32 = _stats.round_to(x32 * _stats.round_to(1.0 + w.astype(x32.dtype), w.dtype), self.io_dtype)
+            return self.tail(_stats.normalized(x32, self.axes, self.eps, None, name, groups))
+        if self.convention == "round_rstd":
+            r = _stats.round_to(_stats.inv_std_of(x32, self.axes, self.eps, None, name, groups), self.io_dtype)
+            return self.tail(_stats.round_to(x32 * r, self.io_dtype), *operands)
         if self.convention == "seed":
             n = _stats.count(x.shape, self.axes, name, groups)
             sum_sq = _stats.sum_square(x32, self.axes, name, groups)
@@ -139,6 +164,23 @@ class RMSNormSpec(NormSpec):
             return self.tail(x32 / denom, *operands)
         h = _stats.normalized(x32, self.axes, self.eps, None, name, groups)
         return self.tail(h, *operands)
+
+    def eager_normalized(self, x32: Array) -> Array:
+        """``x / sqrt(mean(x**2) + eps)`` with every op rounded to ``io_dtype`` (a reduction
+        accumulates in float32 and rounds once, as torch's mean on CPU); values of ``io_dtype``
+        held in ``x32``'s dtype."""
+        dt = self.io_dtype
+
+        def r(v: Array) -> Array:
+            return _stats.round_to(v, dt)
+
+        ms = r(_stats.row_mean(r(x32 * x32), self.axes, self.axis_name, self.axis_index_groups))
+        return r(x32 / r(jnp.sqrt(r(ms + self.eps))))
+
+    def kernel_reason(self) -> str | None:
+        """Why no kernel computes this convention (``None``: the kernels may)."""
+        why = XLA_ONLY.get(self.convention)
+        return None if why is None else f"the {self.convention!r} RMSNorm convention {why}, which only the XLA path implements"
 
     def seed_denominator(self, sum_sq: Array, n: int) -> Array:
         """The seed convention's ``max(||x||_2 * n^-1/2, eps)`` from the row's sum of squares."""

@@ -12,6 +12,10 @@ of :class:`jln.linen.LayerNorm` / :class:`jln.linen.RMSNorm`; none adds a formul
 * RMSNorm whose weight multiplies in float32 before the one cast (Gemma 3n/4 with
   ``with_scale``, Moshi, Helium, NemotronH...), with or without a weight (the weightless
   QK-norms of Llama 4, FalconMamba...): ``convention="torch"``.
+* the dtype flows of model files that round where ``F.layer_norm``/``F.rms_norm`` do not: the
+  LayerNorm conventions ``"deberta"`` (DeBERTa; MoonshineStreaming with ``zero_centered``) and
+  ``"eager"`` (VitDet), the RMSNorm conventions ``"eager"`` (ImageGPT, LTX-2), ``"round_rstd"``
+  (DeepSeek-V4, GLM-5-Next) and ``"input_scaled"`` (MuseSpark).
 """
 
 from __future__ import annotations
@@ -192,6 +196,63 @@ def _conv_grouped_gemma(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
     return _rms("gemma", "eps")(m, fn)
 
 
+# ------------------------------------------------------------- dtype-flow variants (conventions)
+
+
+def _conv_deberta(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    w = m.weight
+    if w.ndim != 1:
+        raise C._unsupported(m, fn, f"its weight has shape {tuple(w.shape)}", "Use a 1-D weight.")
+    p = C._affine(m, fn)
+    opts = dict(eps=float(m.variance_epsilon), axis=-1, use_scale=True, use_bias="bias" in p,
+                param_dtype=C._param_dtype(p), convention="deberta")
+    return C.Spec("LayerNorm", {}, (int(w.shape[0]),), opts), p
+
+
+def _conv_vitdet(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    shape = tuple(int(s) for s in m.normalized_shape)
+    _one_axis(m, shape, fn, "VitDet's LayerNorm (over axis 1)")
+    p = C._affine(m, fn)
+    # mean over dim 1 and weight[:, None, None]: the channels of NCHW input, op by op in its dtype
+    opts = dict(eps=float(m.eps), axis=1, use_scale=True, use_bias=True, param_dtype=C._param_dtype(p),
+                convention="eager")
+    return C.Spec("LayerNorm", {}, (shape[0],), opts), p
+
+
+def _conv_moonshine(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    ln = m.ln
+    if type(ln) is not _torch_class("LayerNorm") or ln.weight is not None or ln.bias is not None:
+        raise C._unsupported(
+            m, fn, "its inner `ln` is not a torch nn.LayerNorm without affine parameters",
+            "Build it as the model file does (nn.LayerNorm(dim, elementwise_affine=False)).",
+        )
+    shape = tuple(int(s) for s in ln.normalized_shape)
+    _one_axis(m, shape, fn, "MoonshineStreaming's LayerNorm")
+    offset = float(m.unit_offset)
+    if offset not in (0.0, 1.0):
+        raise C._unsupported(
+            m, fn, f"unit_offset={offset} (jln's LayerNorm multiplies by `scale` or by `1 + scale`)",
+            "Use unit_offset=True or False.",
+        )
+    p = {"scale": to_jax(m.gamma, "gamma", fn)}
+    opts = dict(eps=float(ln.eps), axis=-1, use_scale=True, use_bias=False, param_dtype=C._param_dtype(p),
+                convention="deberta", zero_centered=offset == 1.0)
+    return C.Spec("LayerNorm", {}, (shape[0],), opts), p
+
+
+def _conv_pixel_rms(dim_attr: str) -> Callable[[Any, str], tuple[C.Spec, C.Params]]:
+    """LTX-2's weightless RMSNorm over axis ``getattr(m, dim_attr)``, op by op in x's dtype."""
+
+    def convert(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+        axis = getattr(m, dim_attr)
+        if not isinstance(axis, int):
+            raise C._unsupported(m, fn, f"{dim_attr}={axis!r} is not one axis", f"Use an int {dim_attr}.")
+        opts = dict(eps=float(m.eps), convention="eager", axis=axis, use_scale=False)
+        return C.Spec("RMSNorm", {}, (None,), opts), {}
+
+    return convert
+
+
 # --------------------------------------------------------------------------- the table
 
 _LN = C.LAYOUTS["LayerNorm"]
@@ -326,6 +387,83 @@ CONVERTERS: tuple[C.Converter, ...] = (
         _rms("gemma", "eps", float_weight=True),
         _RMS,
     ),
+    C.Converter(
+        "transformers DebertaLayerNorm and its copies (float32 statistics, the row cast to x's dtype, then "
+        "`weight * h + bias`)",
+        "LayerNorm(convention='deberta')",
+        computes_as(((f"{_T}.deberta.modeling_deberta", "DebertaLayerNorm"),), ("weight", "bias", "variance_epsilon")),
+        _conv_deberta,
+        _LN,
+    ),
+    C.Converter(
+        "transformers VitDetLayerNorm and its copies (LayerNorm over the channels of NCHW input, op by op in "
+        "x's dtype)",
+        "LayerNorm(axis=1, convention='eager')",
+        computes_as(((f"{_T}.vitdet.modeling_vitdet", "VitDetLayerNorm"),), _NORM_ATTRS),
+        _conv_vitdet,
+        _LN,
+    ),
+    C.Converter(
+        "transformers MoonshineStreamingLayerNorm and its copies (nn.LayerNorm without affine, then "
+        "`* (gamma + unit_offset)` in x's dtype)",
+        "LayerNorm(convention='deberta', zero_centered=True)",
+        computes_as(((f"{_T}.moonshine_streaming.modeling_moonshine_streaming", "MoonshineStreamingLayerNorm"),),
+                    ("ln", "gamma", "unit_offset")),
+        _conv_moonshine,
+        _LN,
+        notes="to_torch_state_dict writes the parameter as `weight`; this class names it `gamma`",
+    ),
+    C.Converter(
+        "transformers ImageGPTLayerNorm and its copies (an RMSNorm op by op in x's dtype)",
+        "RMSNorm(convention='eager')",
+        computes_as(((f"{_T}.imagegpt.modeling_imagegpt", "ImageGPTLayerNorm"),), ("weight", "eps")),
+        _rms("eager", "eps"),
+        _RMS,
+    ),
+    C.Converter(
+        "diffusers PerChannelRMSNorm (LTX-2's VAE) and its copies (weightless RMSNorm over channel_dim, op by op "
+        "in x's dtype)",
+        "RMSNorm(convention='eager', use_scale=False, axis=channel_dim)",
+        computes_as((("diffusers.models.autoencoders.autoencoder_kl_ltx2", "PerChannelRMSNorm"),),
+                    ("channel_dim", "eps")),
+        _conv_pixel_rms("channel_dim"),
+        _RMS,
+    ),
+    C.Converter(
+        "diffusers LTX2AudioPixelNorm and its copies (weightless RMSNorm over dim, op by op in x's dtype)",
+        "RMSNorm(convention='eager', use_scale=False, axis=dim)",
+        computes_as((("diffusers.models.autoencoders.autoencoder_kl_ltx2_audio", "LTX2AudioPixelNorm"),),
+                    ("dim", "eps")),
+        _conv_pixel_rms("dim"),
+        _RMS,
+    ),
+    C.Converter(
+        "diffusers QwenImage21ZeroCenterRMSNorm and its copies (float32 `x * rrms * (weight.float() + 1)`, one "
+        "cast)",
+        "RMSNorm(convention='gemma')",
+        computes_as((("diffusers.models.transformers.transformer_qwenimage21", "QwenImage21ZeroCenterRMSNorm"),),
+                    ("weight", "eps")),
+        _rms("gemma", "eps"),
+        _RMS,
+    ),
+    C.Converter(
+        "transformers DeepseekV4UnweightedRMSNorm, Glm5NextTextUnweightedRMSNorm and their copies (rsqrt rounded "
+        "to x's dtype, then `x * rstd`)",
+        "RMSNorm(convention='round_rstd', use_scale=False)",
+        computes_as(((f"{_T}.deepseek_v4.modeling_deepseek_v4", "DeepseekV4UnweightedRMSNorm"),
+                     (f"{_T}.glm5_next.modeling_glm5_next", "Glm5NextTextUnweightedRMSNorm")),
+                    ("variance_epsilon",)),
+        _rms("round_rstd", "variance_epsilon"),
+        _RMS,
+    ),
+    C.Converter(
+        "transformers MuseSparkTextInputScaledRMSNorm and its copies (x scaled by `1 + weight` and cast to x's "
+        "dtype before the statistics)",
+        "RMSNorm(convention='input_scaled')",
+        computes_as(((f"{_T}.muse_spark.modeling_muse_spark", "MuseSparkTextInputScaledRMSNorm"),), ("weight", "eps")),
+        _rms("input_scaled", "eps"),
+        _RMS,
+    ),
 )
 
 
@@ -334,25 +472,14 @@ CONVERTERS: tuple[C.Converter, ...] = (
 #: Classes jln recognises but cannot reproduce, by computation: (references, what differs from
 #: the nearest jln family). :func:`explain` puts the reason into from_torch's refusal.
 NEAR_MISSES: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = (
-    (((f"{_T}.deepseek_v4.modeling_deepseek_v4", "DeepseekV4UnweightedRMSNorm"),
-      (f"{_T}.glm5_next.modeling_glm5_next", "Glm5NextTextUnweightedRMSNorm")),
-     "it rounds rsqrt(mean(x^2) + eps) to x's dtype and multiplies in x's dtype; jln's RMSNorm conventions "
-     "multiply x by the float32 rsqrt (two roundings against one: not the same bfloat16 numbers)"),
     (((f"{_T}.dory.modeling_dory", "DoryL2Norm"),),
      "it divides by sqrt(sum(x^2) + eps), an L2 norm with eps on the sum; jln's RMSNorm takes the mean"),
-    (((f"{_T}.vitdet.modeling_vitdet", "VitDetLayerNorm"),
-      (f"{_T}.pocket_tts.modeling_pocket_tts", "PocketTTSFlowLayerNorm"),
-      (f"{_T}.imagegpt.modeling_imagegpt", "ImageGPTLayerNorm"),
-      ("diffusers.models.autoencoders.autoencoder_kl_ltx2", "PerChannelRMSNorm"),
-      ("diffusers.models.autoencoders.autoencoder_kl_ltx2_audio", "LTX2AudioPixelNorm")),
-     "it computes op by op in the input's dtype (no float32 statistics): jln's LayerNorm/RMSNorm give its "
-     "float32 numbers but not its bfloat16/float16 rounding"),
-    (((f"{_T}.deberta.modeling_deberta", "DebertaLayerNorm"),),
-     "it casts the normalized row to x's dtype before `weight * h + bias` (LLaMA's order, for a LayerNorm); "
-     "jln's LayerNorm applies the affine in float32 and rounds once"),
-    (((f"{_T}.moonshine_streaming.modeling_moonshine_streaming", "MoonshineStreamingLayerNorm"),),
-     "it rounds a LayerNorm without affine to x's dtype, then multiplies by `gamma + 1` in that dtype; "
-     "LayerNorm(zero_centered=True) rounds once, and its parameter is named `gamma`, not `weight`"),
+    (((f"{_T}.pocket_tts.modeling_pocket_tts", "PocketTTSFlowLayerNorm"),),
+     "it takes mean and var(unbiased=False) in the input dtype, then `(x - mean) * rsqrt(var + eps)` in that "
+     "dtype; torch's vectorized bfloat16/float16 rsqrt is not correctly rounded (its result depends on the "
+     "element's position in the vector, ~1 in 8 differ), so no rounding rule reproduces it. Its float32 "
+     "numbers are LayerNorm(convention='torch')'s; jln's nearest bfloat16 flow is convention='eager' "
+     "(sqrt and a division)"),
     (((f"{_T}.stablelm.modeling_stablelm", "StableLmLayerNormPerHead"),),
      "it holds one LayerNorm per head (norms.<i>.weight) over axis 1; jln's LayerNorm has one parameter "
      "tree shaped like the normalized axes"),
@@ -362,9 +489,6 @@ NEAR_MISSES: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = (
     (((f"{_T}.esm.modeling_esmfold", "EsmFoldLayerNorm"),),
      "for bfloat16 input it first casts its weight and bias to bfloat16, so its numbers depend on the "
      "input's dtype, which a converted module does not know"),
-    (((f"{_T}.muse_spark.modeling_muse_spark", "MuseSparkTextInputScaledRMSNorm"),),
-     "it scales x by `1 + weight` and rounds to x's dtype before the statistics; jln's RMSNorm applies "
-     "the weight after them"),
     ((("diffusers.models.autoencoders.autoencoder_kandinsky6_sr", "Kandinsky6VAERMSNorm"),
       ("diffusers.models.latent_upscaler.latent_upscaler_kandinsky6_sr", "Kandinsky6SRLatentUpscalerRMSNorm")),
      "it is F.normalize over the channels (x / max(||x||, 1e-12)) rounded to x's dtype, then "
@@ -381,6 +505,10 @@ NEAR_MISSES: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = (
     ((("diffusers.models.autoencoders.autoencoder_vidtok", "VidTokLayerNorm"),),
      "it computes as LayerNorm(axis=1) but holds its parameters under `norm.` (norm.weight), which jln's "
      "LayerNorm layout does not map"),
+    (((f"{_T}.axk2.modeling_axk2", "AXK2GatedRMSNorm"),),
+     "it is an RMSNorm followed by a learned gate, `y * sigmoid(fc2(silu(fc1(y))))` in float32 cast to y's "
+     "dtype: a sub-network, not a norm. Its `norm` child (LLaMA's code) converts to RMSNorm(convention='llama'); "
+     "write the gate with two flax Dense layers"),
 )
 
 
@@ -395,8 +523,9 @@ def explain(m: Any) -> str | None:
         return (
             "Its forward matches none of the computations jln recognises (the classes listed below and "
             "their copies). The nearest families are jln.linen.LayerNorm (axis, zero_centered, use_scale, "
-            "use_bias) and jln.linen.RMSNorm (convention: torch, llama, gemma, t5, diffusers, seed; see "
-            "jln.rms_norm's table of where each rounds): if one computes the same dtype flow, build it and "
+            "use_bias, convention: torch, deberta, eager) and jln.linen.RMSNorm (convention: torch, llama, "
+            "gemma, t5, diffusers, seed, eager, round_rstd, input_scaled; see jln.layer_norm's and jln.rms_norm's tables of "
+            "where each rounds): if one computes the same dtype flow, build it and "
             "load the weights with its layout."
         )
     return None
