@@ -1291,7 +1291,8 @@ ADA_LN_CONTINUOUS = Kind(
     "AdaLNContinuous", AdaLNContinuousConfig, ada_ln_continuous_specs, apply_ada_ln_continuous, ("x", "cond"),
     doc="SD3/Flux final-layer norm (diffusers ``AdaLayerNormContinuous``; also ``AdaLayerNorm`` and "
         "Qwen2.5-Omni's ``AdaLayerNormZero_Final`` through ``order`` and ``project_in``).\n\n"
-        "``(scale, shift) = linear(SiLU(cond))`` (that order by default); ``norm(x) * (1 + scale) + shift``, "
+        "``(scale, shift) = linear(SiLU(cond))`` (that order by default; ``activation`` replaces or drops the "
+        "SiLU, an ``order`` of one chunk gives ``norm(x) + shift`` or ``norm(x) * (1 + scale)``); ``norm(x) * (1 + scale) + shift``, "
         "``norm`` a LayerNorm (``jln.adaptive_layer_norm``) or diffusers' RMSNorm "
         "(``jln.rms_norm(convention=\"diffusers\")`` then ``jln.modulate``).",
     returns="(``__call__(x, cond)``): " + _MODULATED,

@@ -159,9 +159,10 @@ ADA_LN_ZERO_JOINT = Kind(
         "``CogView3PlusAdaLayerNormZeroTextImage`` with ``num_chunks=12``).\n\n"
         "``(shift, scale, gate, enc_shift, enc_scale, enc_gate) = linear(SiLU(emb))`` in ``emb``'s "
         "dtype; ``x_mod = LN(x) * (1 + scale) + shift`` and ``context_mod = LN(context) * (1 + enc_scale) "
-        "+ enc_shift`` (LayerNorm with affine, eps 1e-5), as :func:`jln.adaptive_layer_norm`.",
+        "+ enc_shift`` (LayerNorm with affine, eps 1e-5), as :func:`jln.adaptive_layer_norm`. ``layout`` "
+        "and ``activation`` give CogView4's / GLM-Image's (interleaved chunks, no SiLU) and EasyAnimate's.",
     returns="(``__call__(x, context, emb)``): ``(x_mod, context_mod, gate, enc_gate)`` with ``[B, 1, d]`` "
-            "gates (6 chunks); ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp, context_mod, c_gate_msa, "
+            "gates (6 chunks; ``[B, d]`` with ``layout=\"easyanimate\"``); ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp, context_mod, c_gate_msa, "
             "c_shift_mlp, c_scale_mlp, c_gate_mlp)`` with ``[B, d]`` chunks (12).",
     raises="TypeError, ValueError: non-floating inputs, mismatched sizes, an initializer that is not "
            "callable.",
