@@ -39,6 +39,13 @@ ORDERS: dict[str, tuple[str, ...]] = {
                      "c_shift_msa", "c_scale_msa", "c_gate_msa", "c_shift_mlp", "c_scale_mlp", "c_gate_mlp"),
     # diffusers LuminaLayerNormContinuous / MochiLayerNormContinuous: a scale alone
     "scale_only": ("scale",),
+    # diffusers CogView4AdaLayerNormZero / GlmImageAdaLayerNormZero: DiT's twelve, image and
+    # text interleaved
+    "cogview4": ("shift_msa", "c_shift_msa", "scale_msa", "c_scale_msa", "gate_msa", "c_gate_msa",
+                 "shift_mlp", "c_shift_mlp", "scale_mlp", "c_scale_mlp", "gate_mlp", "c_gate_mlp"),
+    # diffusers SanaModulatedNorm, PI05's adaptive RMSNorm, EsmFold2's sigmoid-gated LayerNorm
+    "shift_scale": ("shift", "scale"),
+    "pi05": ("scale", "shift", "gate"),
 }
 
 

@@ -190,6 +190,33 @@ def silu(v: Array) -> Array:
     return jax.nn.silu(v.astype(_stats.stats_dtype(v.dtype))).astype(v.dtype)
 
 
+#: activations a conditioning projection may apply first (diffusers' ``get_activation``:
+#: ``swish`` is SiLU; ``gelu`` the exact erf form); each evaluated in the statistics dtype and
+#: rounded once, as torch's fused kernels do
+COND_ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+    "mish": lambda v: v * jnp.tanh(jax.nn.softplus(v)),
+    "gelu": lambda v: jax.nn.gelu(v, approximate=False),
+    "relu": jax.nn.relu,
+    "sigmoid": jax.nn.sigmoid,
+}
+
+
+def activate(name: str | None, v: Array) -> Array:
+    """``v`` through the activation ``name`` (:data:`COND_ACTIVATIONS`), ``None``: unchanged."""
+    if name is None:
+        return v
+    return COND_ACTIVATIONS[name](v.astype(_stats.stats_dtype(v.dtype))).astype(v.dtype)
+
+
+def check_activation(value: Any, fn: str) -> None:
+    """``ValueError`` unless ``value`` is None or a name in :data:`COND_ACTIVATIONS`."""
+    if value is not None and value not in COND_ACTIVATIONS:
+        raise ValueError(f"{fn}: `activation` must be None or one of {sorted(COND_ACTIVATIONS)}; received "
+                         f"{value!r}.")
+
+
 def _cast_in(x: Array, dtype: Any) -> Array:
     return x if dtype is None else x.astype(dtype)
 
@@ -704,12 +731,13 @@ def _check_ada_ln_continuous(cfg: Any) -> None:
     _checks.check_choice(cfg.norm_type, "norm_type", NORM_TYPES, fn)
     _checks.check_choice(cfg.project_in, "project_in", PROJECT_IN, fn)
     names = resolve_order(cfg.order, fn)
-    if "scale" not in names or not set(names) <= {"shift", "scale"}:
+    if not names or not set(names) <= {"shift", "scale"}:
         raise ValueError(
-            f"{fn}: `order` must name a 'scale' chunk and optionally a 'shift' chunk (e.g. "
-            f"'continuous' = (scale, shift), 'dit_final' = (shift, scale)); received "
+            f"{fn}: `order` must name a 'scale' and/or a 'shift' chunk (e.g. "
+            f"'continuous' = (scale, shift), 'dit_final' = (shift, scale), ('shift',)); received "
             f"{cfg.order!r} = {names}."
         )
+    check_activation(cfg.activation, fn)
     _checks.check_eps(cfg.eps, fn)
     _check_common(cfg, fn)
 
@@ -730,6 +758,9 @@ AdaLNContinuousConfig = make_config(
      Option("project_in", "str", "x", "the dtype the Dense runs in: ``\"x\"`` (``SiLU(cond)`` cast to "
             "``x``'s dtype, as ``AdaLayerNormContinuous``) or ``\"cond\"`` (the condition's own, as "
             "``AdaLayerNorm`` and Qwen2.5-Omni's ``AdaLayerNormZero_Final``)."),
+     Option("activation", "str | None", "silu", "the activation applied to ``cond`` before ``linear``: "
+            "``\"silu\"`` (diffusers), ``None`` (CogView4's final norm) or another of "
+            "``jln._modules.COND_ACTIVATIONS``."),
      ),
     _check_ada_ln_continuous,
 )
@@ -752,7 +783,7 @@ def apply_ada_ln_continuous(params: Params, x: Array, cond: Array, cfg: Any) -> 
     _checks.check_floating(cond, fn, "cond")
     dt = compute_dtype(cfg.dtype, x if cfg.project_in == "x" else cond)
     xi = _cast_in(x, cfg.dtype)
-    h = dense(params["linear"], silu(cond).astype(dt), dt, fn, "cond")
+    h = dense(params["linear"], activate(cfg.activation, cond).astype(dt), dt, fn, "cond")
     y, _ = modulated_norm(xi, h, cfg, params.get("norm", {}), order=cfg.order, norm_type=cfg.norm_type)
     y = _cast_out(y, cfg.dtype)
     return y, _record(cfg.monitor, xi, y, -1, fn)
@@ -1269,7 +1300,8 @@ ADA_LN_CONTINUOUS = Kind(
     "AdaLNContinuous", AdaLNContinuousConfig, ada_ln_continuous_specs, apply_ada_ln_continuous, ("x", "cond"),
     doc="SD3/Flux final-layer norm (diffusers ``AdaLayerNormContinuous``; also ``AdaLayerNorm`` and "
         "Qwen2.5-Omni's ``AdaLayerNormZero_Final`` through ``order`` and ``project_in``).\n\n"
-        "``(scale, shift) = linear(SiLU(cond))`` (that order by default); ``norm(x) * (1 + scale) + shift``, "
+        "``(scale, shift) = linear(SiLU(cond))`` (that order by default; ``activation`` replaces or drops the "
+        "SiLU, an ``order`` of one chunk gives ``norm(x) + shift`` or ``norm(x) * (1 + scale)``); ``norm(x) * (1 + scale) + shift``, "
         "``norm`` a LayerNorm (``jln.adaptive_layer_norm``) or diffusers' RMSNorm "
         "(``jln.rms_norm(convention=\"diffusers\")`` then ``jln.modulate``).",
     returns="(``__call__(x, cond)``): " + _MODULATED,

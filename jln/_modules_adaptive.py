@@ -66,9 +66,15 @@ def _check_joint(cfg: Any) -> None:
     fn = "jln AdaLNZeroJoint"
     check_inits(cfg, fn, ("scale_init", "bias_init", "linear_kernel_init", "linear_bias_init"))
     set_positive(cfg, ("features",), fn)
-    if cfg.num_chunks not in JOINT_LAYOUTS:
+    if cfg.num_chunks not in (6, 12):
         raise ValueError(f"{fn}: `num_chunks` must be 6 (CogVideoX) or 12 (CogView3-Plus); received "
                          f"{cfg.num_chunks!r}.")
+    if cfg.layout is not None:
+        _checks.check_choice(cfg.layout, "layout", tuple(JOINT_LAYOUTS), fn)
+        if JOINT_LAYOUTS[cfg.layout][0] != cfg.num_chunks:
+            raise ValueError(f"{fn}: layout={cfg.layout!r} splits the projection into "
+                             f"{JOINT_LAYOUTS[cfg.layout][0]} chunks; received num_chunks={cfg.num_chunks}.")
+    M.check_activation(cfg.activation, fn)
     if cfg.num_chunks == 12 and cfg.elementwise_affine:
         raise ValueError(f"{fn}: num_chunks=12 (CogView3-Plus: two LayerNorms without affine) takes "
                          f"elementwise_affine=False.")
@@ -76,13 +82,20 @@ def _check_joint(cfg: Any) -> None:
     _check_common(cfg, fn)
 
 
-#: chunk count -> (order, the x and context chunk pairs (shift, scale), the chunks returned after
-#: x, after context; ``*`` marks a gate returned as ``[B, 1, d]``)
-JOINT_LAYOUTS: dict[int, tuple[str, tuple[str, str], tuple[str, str], tuple[str, ...], tuple[str, ...]]] = {
-    6: ("cogvideox", ("shift", "scale"), ("enc_shift", "enc_scale"), (), ("*gate", "*enc_gate")),
-    12: ("cogview3plus", ("shift_msa", "scale_msa"), ("c_shift_msa", "c_scale_msa"),
-         ("gate_msa", "shift_mlp", "scale_mlp", "gate_mlp"), ("c_gate_msa", "c_shift_mlp", "c_scale_mlp", "c_gate_mlp")),
+_DIT12_AFTER = (("gate_msa", "shift_mlp", "scale_mlp", "gate_mlp"),
+                ("c_gate_msa", "c_shift_mlp", "c_scale_mlp", "c_gate_mlp"))
+#: layout -> (chunk count, order, the x and context chunk pairs (shift, scale), the chunks
+#: returned after x, after context; ``*`` marks a gate returned as ``[B, 1, d]``)
+JOINT_LAYOUTS: dict[str, tuple[int, str, tuple[str, str], tuple[str, str], tuple[str, ...], tuple[str, ...]]] = {
+    "cogvideox": (6, "cogvideox", ("shift", "scale"), ("enc_shift", "enc_scale"), (), ("*gate", "*enc_gate")),
+    "cogview3plus": (12, "cogview3plus", ("shift_msa", "scale_msa"), ("c_shift_msa", "c_scale_msa"), *_DIT12_AFTER),
+    # CogView4 / GLM-Image: the image's and the text's chunks interleaved
+    "cogview4": (12, "cogview4", ("shift_msa", "scale_msa"), ("c_shift_msa", "c_scale_msa"), *_DIT12_AFTER),
+    # EasyAnimate: CogVideoX's chunks, the gates returned as [B, d]
+    "easyanimate": (6, "cogvideox", ("shift", "scale"), ("enc_shift", "enc_scale"), (), ("gate", "enc_gate")),
 }
+#: the layout of ``layout=None``, by chunk count
+_DEFAULT_LAYOUT = {6: "cogvideox", 12: "cogview3plus"}
 
 
 AdaLNZeroJointConfig = make_config(
@@ -93,7 +106,13 @@ AdaLNZeroJointConfig = make_config(
      BIAS_INIT.but(doc="the LayerNorm's ``bias`` initializer; ``None``: zeros."),
      *_dense_inits("linear", "torch ``nn.Linear``'s"),
      Option("num_chunks", "int", 6, "6 (CogVideoX: shift, scale, gate, enc_shift, enc_scale, enc_gate) or 12 "
-            "(CogView3-Plus: DiT's six for ``x``, then for ``context``; LayerNorms without affine).")),
+            "(CogView3-Plus: DiT's six for ``x``, then for ``context``; LayerNorms without affine)."),
+     Option("layout", "str | None", None, "how the chunks are laid out and returned: ``None`` (by "
+            "``num_chunks``: ``\"cogvideox\"`` or ``\"cogview3plus\"``), ``\"cogview4\"`` (12 chunks, the "
+            "image's and the text's interleaved: CogView4, GLM-Image) or ``\"easyanimate\"`` (CogVideoX's six, "
+            "gates returned ``[B, d]``)."),
+     Option("activation", "str | None", "silu", "applied to ``emb`` before ``linear``: ``\"silu\"``; "
+            "``None`` for CogView4 / GLM-Image.")),
     _check_joint,
 )
 
@@ -118,9 +137,9 @@ def apply_joint(params: Params, x: Array, context: Array, emb: Array, cfg: Any) 
         _checks.check_floating(v, fn, name)
     dt = compute_dtype(cfg.dtype, emb)
     xi, ci = _cast_in(x, cfg.dtype), _cast_in(context, cfg.dtype)
-    h = dense(params["linear"], silu(emb).astype(dt), dt, fn, "emb")
+    h = dense(params["linear"], M.activate(cfg.activation, emb).astype(dt), dt, fn, "emb")
     norm = params.get("norm", {})
-    order, use_x, use_c, after_x, after_c = JOINT_LAYOUTS[cfg.num_chunks]
+    _, order, use_x, use_c, after_x, after_c = JOINT_LAYOUTS[cfg.layout or _DEFAULT_LAYOUT[cfg.num_chunks]]
     y, ch = modulated_norm(xi, h, cfg, norm, order=order, norm_type="layer_norm", use=use_x)
     c, _ = modulated_norm(ci, h, cfg, norm, order=order, norm_type="layer_norm", use=use_c)
     y, c = _cast_out(y, cfg.dtype), _cast_out(c, cfg.dtype)
@@ -129,7 +148,7 @@ def apply_joint(params: Params, x: Array, context: Array, emb: Array, cfg: Any) 
     def out(n: str) -> Array:
         return _token_axis(ch[n[1:]]) if n.startswith("*") else ch[n]
 
-    if cfg.num_chunks == 6:  # CogVideoX returns both streams first
+    if cfg.num_chunks == 6:  # CogVideoX and EasyAnimate return both streams first
         return (y, c, *(out(n) for n in after_c)), stats
     return (y, *(out(n) for n in after_x), c, *(out(n) for n in after_c)), stats
 
@@ -140,9 +159,10 @@ ADA_LN_ZERO_JOINT = Kind(
         "``CogView3PlusAdaLayerNormZeroTextImage`` with ``num_chunks=12``).\n\n"
         "``(shift, scale, gate, enc_shift, enc_scale, enc_gate) = linear(SiLU(emb))`` in ``emb``'s "
         "dtype; ``x_mod = LN(x) * (1 + scale) + shift`` and ``context_mod = LN(context) * (1 + enc_scale) "
-        "+ enc_shift`` (LayerNorm with affine, eps 1e-5), as :func:`jln.adaptive_layer_norm`.",
+        "+ enc_shift`` (LayerNorm with affine, eps 1e-5), as :func:`jln.adaptive_layer_norm`. ``layout`` "
+        "and ``activation`` give CogView4's / GLM-Image's (interleaved chunks, no SiLU) and EasyAnimate's.",
     returns="(``__call__(x, context, emb)``): ``(x_mod, context_mod, gate, enc_gate)`` with ``[B, 1, d]`` "
-            "gates (6 chunks); ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp, context_mod, c_gate_msa, "
+            "gates (6 chunks; ``[B, d]`` with ``layout=\"easyanimate\"``); ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp, context_mod, c_gate_msa, "
             "c_shift_mlp, c_scale_mlp, c_gate_mlp)`` with ``[B, d]`` chunks (12).",
     raises="TypeError, ValueError: non-floating inputs, mismatched sizes, an initializer that is not "
            "callable.",

@@ -22,6 +22,7 @@ import jax
 from jln import _batch_modules as B
 from jln import _modules as M
 from jln import _modules_adaptive as MA
+from jln import _modules_conditioned as MC
 
 Array = jax.Array
 
@@ -43,6 +44,11 @@ __all__ = [
     "GlobalResponseNorm",
     "LpNorm",
     "AdaLNSingle",
+    "AdaGroupNorm",
+    "AdaLNTable",
+    "ModulatedRMSNorm",
+    "AdaRMSNorm",
+    "AdaLNSigmoidGate",
 ]
 
 
@@ -246,4 +252,24 @@ class LpNorm(_Module, kind=MA.LP_NORM):
 
 
 class AdaLNSingle(_Module, kind=MA.ADA_LN_SINGLE):
+    pass
+
+
+class AdaGroupNorm(_Module, kind=MC.ADA_GROUP_NORM):
+    pass
+
+
+class AdaLNTable(_Module, kind=MC.ADA_LN_TABLE):
+    pass
+
+
+class ModulatedRMSNorm(_Module, kind=MC.MODULATED_RMS_NORM):
+    pass
+
+
+class AdaRMSNorm(_Module, kind=MC.ADA_RMS_NORM):
+    pass
+
+
+class AdaLNSigmoidGate(_Module, kind=MC.ADA_LN_SIGMOID_GATE):
     pass

@@ -246,6 +246,10 @@ def _expected_shapes(module: Any, layout: Any, flat: Mapping[str, Any]) -> dict[
         if cls == "AdaLNSingle":
             return _spec_shapes(MA.single_specs(cfg))
         return {}
+    from jln.interop import _adaptive_converters as AC
+
+    if cls in AC.SPEC_SIZES:
+        return _spec_shapes(AC.expected_specs(cls, cfg, size))
     return _spec_shapes(M.encoder_layer_specs(cfg))
 
 

@@ -509,6 +509,20 @@ NEAR_MISSES: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = (
      "it is an RMSNorm followed by a learned gate, `y * sigmoid(fc2(silu(fc1(y))))` in float32 cast to y's "
      "dtype: a sub-network, not a norm. Its `norm` child (LLaMA's code) converts to RMSNorm(convention='llama'); "
      "write the gate with two flax Dense layers"),
+    (((f"{_T}.vibevoice.modeling_vibevoice", "VibeVoiceDiffusionHeadAdaLayerNorm"),),
+     "it is a residual layer, not a norm: x + gate * ffn(rms_norm(x) * (1 + scale) + shift); the nearest "
+     "jln family, AdaLNContinuous, returns only the modulated norm. Convert its `norm` (VibeVoiceRMSNorm) "
+     "and build the residual and the MLP around it"),
+    (((f"{_T}.voxtral_realtime.modeling_voxtral_realtime", "VoxtralRealtimeTextAdaRmsNorm"),),
+     "it normalizes nothing: it is an MLP, linear2(gelu(linear1(x))), that produces a scale for the "
+     "caller's RMSNorm; build it with flax Dense layers"),
+    (((f"{_T}.gradium_phonon_tts.modeling_gradium_phonon_tts", "GradiumPhononTTSTimestepNorm"),),
+     "it computes weight * x * rsqrt(mean(x^2) + eps) op by op in the input's dtype (no float32 "
+     "statistics, the weight applied first): RMSNorm(convention='torch') gives its float32 numbers but "
+     "not its bfloat16/float16 rounding"),
+    (((f"{_T}.pocket_tts.modeling_pocket_tts", "PocketTTSTimestepNorm"),),
+     "it divides x by sqrt(unbiased variance + eps) without centring, op by op in the input's dtype; "
+     "jln's LayerNorm centres and takes the biased variance, its RMSNorm takes the mean square"),
 )
 
 
