@@ -300,6 +300,34 @@ SCALE_INIT = Option("scale_init", "Any", None, "initializer ``init(key, shape, d
                     "(linen: or ``with_logical_partitioning``) to annotate how a sharded model "
                     "splits the parameter.")
 BIAS_INIT = Option("bias_init", "Any", None, "initializer of the norm's ``bias``; ``None``: zeros.")
+TORCH_NAMES = Option("torch_names", "Any", None, "the torch ``state_dict`` names of a class that holds "
+                     "this norm's tensors under other names: a mapping from torch's default name to the "
+                     "class's (``{\"weight\": \"norm.weight\", \"bias\": \"norm.bias\"}``, "
+                     "``{\"weight\": \"gamma\"}``), used by ``jln.interop.to_torch_state_dict``; "
+                     "``None``: torch's names. Numbers are unaffected.")
+
+
+def check_torch_names(cfg: Any, fn: str) -> None:
+    """Store ``cfg.torch_names`` as a sorted tuple of ``(default, name)`` string pairs (hashable);
+    ``TypeError`` unless it is None, a mapping or pairs of strings."""
+    names = getattr(cfg, "torch_names", None)
+    if names is None:
+        return
+    try:
+        items = list(names.items() if isinstance(names, Mapping) else names)
+        ok = bool(items) and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in items)
+        pairs = tuple(sorted(tuple(p) for p in items)) if ok else ()
+        ok = ok and all(isinstance(s, str) and s for p in pairs for s in p)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise TypeError(
+            f"{fn}: `torch_names` must be None or a non-empty mapping from torch's parameter name to "
+            f"the class's (e.g. {{'weight': 'norm.weight'}}); received {names!r}."
+        )
+    object.__setattr__(cfg, "torch_names", pairs)
+
+
 USE_SCALE = Option("use_scale", "bool", True, "learnable ``scale`` (torch's ``elementwise_affine``).")
 USE_BIAS = Option("use_bias", "bool", True, "learnable ``bias`` (torch's ``bias``).")
 FEATURES = _req("features", "d, the size of ``x``'s last axis (with ``axis_name``: the local size).")
@@ -360,6 +388,7 @@ AXIS = Option("axis", "Axis", -1, "axis or axes to normalize over; parameters ha
 
 def _check_layer_norm(cfg: Any) -> None:
     _checks.check_eps(cfg.eps, "jln LayerNorm")
+    check_torch_names(cfg, "jln LayerNorm")
     _check_common(cfg, "jln LayerNorm")
     check_inits(cfg, "jln LayerNorm")
     if cfg.zero_centered and not cfg.use_scale:
@@ -376,7 +405,7 @@ LayerNormConfig = make_config(
      Option("zero_centered", "bool", False, "multiply by ``1 + scale`` (Nemotron's ``LayerNorm1P``, "
             "TransformerEngine's ``zero_centered_gamma``), ``1 + scale`` rounded to ``param_dtype``; "
             "``scale`` then initialises to 0. ``axis=1`` gives channels-first LayerNorm "
-            "(``LayerNorm2d``, ``data_format=\"channels_first\"``).")),
+            "(``LayerNorm2d``, ``data_format=\"channels_first\"``)."), TORCH_NAMES),
     _check_layer_norm,
 )
 
@@ -422,6 +451,7 @@ def _canonical(cfg: Any) -> str:
 def _check_rms_norm(cfg: Any) -> None:
     fn = "jln RMSNorm"
     resolve_convention(cfg.convention, fn)
+    check_torch_names(cfg, fn)
     check_inits(cfg, fn)
     if cfg.eps is not None:
         _checks.check_eps(cfg.eps, fn)
@@ -446,7 +476,7 @@ RMSNormConfig = make_config(
      AXIS, USE_SCALE.but(doc="learnable ``scale``."),
      USE_BIAS.but(default=False, doc="learnable ``bias`` (``convention=\"diffusers\"`` only)."), *COMPUTE,
      *DISTRIBUTED, SCALE_INIT.but(doc="as :class:`LayerNorm`'s; ``None``: the convention's identity (ones, "
-                                  "zeros for ``\"gemma\"``)."), BIAS_INIT),
+                                  "zeros for ``\"gemma\"``)."), BIAS_INIT, TORCH_NAMES),
     _check_rms_norm, canonical=property(_canonical),
 )
 

@@ -21,6 +21,7 @@ from flax import nnx
 from jln import _batch_modules as B
 from jln import _modules as M
 from jln import _modules_adaptive as MA
+from jln import _modules_lrn as ML
 
 Array = jax.Array
 
@@ -42,6 +43,7 @@ __all__ = [
     "GlobalResponseNorm",
     "LpNorm",
     "AdaLNSingle",
+    "LocalResponseNorm",
 ]
 
 
@@ -278,4 +280,8 @@ class LpNorm(_Module, kind=MA.LP_NORM):
 
 
 class AdaLNSingle(_Module, kind=MA.ADA_LN_SINGLE):
+    pass
+
+
+class LocalResponseNorm(_Module, kind=ML.LOCAL_RESPONSE_NORM):
     pass
