@@ -83,7 +83,7 @@ def local_response_norm(
       >>> import jax.numpy as jnp, numpy as np, jln
       >>> x = jnp.ones((1, 3, 1))
       >>> np.asarray(jln.local_response_norm(x, 2, alpha=1.0, beta=1.0, k=1.0)[0, :, 0]).round(3)
-      array([0.667, 0.667, 0.8  ], dtype=float32)
+      array([0.667, 0.5  , 0.5  ], dtype=float32)
 
     Reference: Krizhevsky, Sutskever and Hinton, "ImageNet Classification with Deep
     Convolutional Neural Networks" (2012), section 3.3.
