@@ -23,6 +23,7 @@ def _check(cfg: Any) -> None:
     ch = cfg.channel_axis
     if isinstance(ch, bool) or not isinstance(ch, int):
         raise TypeError(f"{fn}: `channel_axis` must be an int (1 for NCHW, -1 for NHWC); received {ch!r}.")
+    _checks.check_choice(cfg.impl, "impl", ("auto", "xla"), fn)
     if cfg.dtype is not None:
         M._check_common(cfg, fn)
 
@@ -47,8 +48,6 @@ def lrn_specs(cfg: Any) -> dict[str, Any]:
 
 def apply_lrn(params: Any, x: Array, cfg: Any) -> tuple[Array, None]:
     """``jln.local_response_norm`` with the module's options."""
-    fn = "jln LocalResponseNorm"
-    _checks.check_choice(cfg.impl, "impl", ("auto", "xla"), fn)
     y = local_response_norm(M._cast_in(x, cfg.dtype), cfg.size, alpha=cfg.alpha, beta=cfg.beta, k=cfg.k,
                             channel_axis=cfg.channel_axis)
     return y, None

@@ -122,6 +122,7 @@ def test_modules_and_from_torch():
         (lambda: jln.local_response_norm(jnp.ones((2, 3, 4)), 2, channel_axis=3), ValueError, "out of range"),
         (lambda: jnn.LocalResponseNorm(size=-1).apply({}, jnp.ones((2, 3, 4))), ValueError, "`size` must be a positive"),
         (lambda: jnnx.LocalResponseNorm(2, alpha="a"), TypeError, "`alpha` must be a Python float"),
+        (lambda: jnnx.LocalResponseNorm(2, impl="pallas"), ValueError, "`impl` must be one of"),
     ],
 )
 def test_bad_input(call, exc, words):
