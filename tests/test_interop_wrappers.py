@@ -218,7 +218,7 @@ def test_torch_names_unknown_name_is_refused():
         pytest.param(
             lambda: _cls("diffusers.models.transformers.transformer_stable_audio3.StableAudio3RMSNorm")(8, force_fp32=False),
             ValueError, "force_fp32=False", marks=pytest.mark.slow),
-        (_bit("gelu_new"), ValueError, "its activation is NewGELUActivation"),
+        pytest.param(_bit("gelu_new"), ValueError, "its activation is NewGELUActivation", marks=pytest.mark.slow),
         (lambda: _cls(_T + "mobilebert.modeling_mobilebert.NoNorm")(8), TypeError, "normalizes nothing"),
         (lambda: _cls(_T + "dory.modeling_dory.DoryL2Norm")(), TypeError, "eps on the sum"),
     ],
