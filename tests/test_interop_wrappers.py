@@ -228,3 +228,12 @@ def test_torch_names_unknown_name_is_refused():
 def test_refused_precisely(make, exc, words):
     with pytest.raises(exc, match=words):
         from_torch(make())
+
+
+@pytest.mark.slow
+def test_group_norm_frame_axis_channels_last():
+    # the same statistics with the channels last: [N, T, H, W, C] with frame_axis=1
+    x = jnp.asarray(_x((2, 4, 3, 5, 6)))
+    first = jln.group_norm(x, 2, frame_axis=2)
+    last = jln.group_norm(jnp.moveaxis(x, 1, -1), 2, channel_axis=-1, frame_axis=1)
+    np.testing.assert_allclose(np.asarray(jnp.moveaxis(last, -1, 1)), np.asarray(first), rtol=1e-5, atol=1e-5)
