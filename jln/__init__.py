@@ -22,6 +22,7 @@ from jln._layer_norm import add_layer_norm as add_layer_norm
 from jln._layer_norm import layer_norm as layer_norm
 from jln._lp import global_response_norm as global_response_norm
 from jln._lp import lp_normalize as lp_normalize
+from jln._lrn import local_response_norm as local_response_norm
 from jln._rms_norm import CONVENTIONS as CONVENTIONS
 from jln._rms_norm import add_rms_norm as add_rms_norm
 from jln._rms_norm import rms_norm as rms_norm
@@ -49,4 +50,5 @@ __all__ = [
     "adaptive_rms_norm",
     "global_response_norm",
     "lp_normalize",
+    "local_response_norm",
 ]

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from jln import _checks
 from jln import _modules as M
 from jln._batch_norm import batch_norm, frozen_batch_norm, group_norm, instance_norm
+from jln._contract.batch_norm import ACTIVATIONS
 
 Array = jax.Array
 
@@ -81,6 +82,9 @@ def _check(fn: str) -> Any:
         if not hasattr(cfg, "impl"):  # FrozenBatchNorm: eps and the layout only
             return
         M._check_common(cfg, fn)
+        M.check_torch_names(cfg, fn)
+        if getattr(cfg, "activation", None) is not None:
+            _checks.check_choice(cfg.activation, "activation", ACTIVATIONS, fn)
         if getattr(cfg, "momentum", None) is not None:
             m = cfg.momentum
             if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m <= 1:
@@ -99,7 +103,7 @@ def _check(fn: str) -> Any:
 
 BatchNormConfig = M.make_config(
     "BatchNormConfig", (EPS, MOMENTUM, AFFINE, TRACK, CHANNEL_AXIS, *_COMPUTE, *M.DISTRIBUTED[:1],
-                        M.DISTRIBUTED[1]), _check("jln BatchNorm"),
+                        M.DISTRIBUTED[1], M.TORCH_NAMES), _check("jln BatchNorm"),
 )
 InstanceNormConfig = M.make_config(
     "InstanceNormConfig", (EPS, MOMENTUM, AFFINE.but(default=False), TRACK.but(default=False), CHANNEL_AXIS,
@@ -108,7 +112,13 @@ InstanceNormConfig = M.make_config(
 GroupNormConfig = M.make_config(
     "GroupNormConfig", (M.Option("num_groups", "int", doc="number of groups the channels are split into."),
                         M.Option("num_channels", "int", doc="C, the number of channels (divisible by num_groups)."),
-                        EPS, AFFINE, CHANNEL_AXIS, *_COMPUTE), _check("jln GroupNorm"),
+                        EPS, AFFINE, CHANNEL_AXIS, *_COMPUTE, M.TORCH_NAMES,
+                        M.Option("frame_axis", "int | None", None, "an axis whose every index gets its own "
+                                 "statistics (2: each frame of ``[N, C, T, H, W]`` video, as the video VAEs' "
+                                 "per-frame GroupNorm); ``None``: torch's GroupNorm."),
+                        M.Option("activation", "str | None", None, "``\"relu\"``, ``\"silu\"`` or "
+                                 "``\"gelu\"`` applied to the output (transformers' "
+                                 "``BitGroupNormActivation``); ``None``: none.")), _check("jln GroupNorm"),
 )
 FrozenBatchNormConfig = M.make_config(
     "FrozenBatchNormConfig", (EPS, CHANNEL_AXIS, M.PARAM_DTYPE.but(doc="dtype of the four buffers (float32).")),
@@ -163,7 +173,8 @@ def apply_group_norm(params: Any, x: Array, cfg: Any, *, state: dict[str, Any], 
     """``jln.group_norm`` (no state)."""
     _check_channels(cfg, x, cfg.num_channels, "jln GroupNorm")
     y = group_norm(_in(x, cfg), cfg.num_groups, params.get("scale"), params.get("bias"), eps=cfg.eps,
-                   channel_axis=cfg.channel_axis, impl=cfg.impl)
+                   channel_axis=cfg.channel_axis, impl=cfg.impl, frame_axis=cfg.frame_axis,
+                   activation=cfg.activation)
     return (y, None), None
 
 

@@ -15,7 +15,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jln import _args, _checks, _eager, _stats
-from jln._contract.batch_norm import BatchStatSpec, FrozenBatchNormSpec, RunningStatSpec
+from jln._contract.batch_norm import (
+    ACTIVATIONS,
+    BatchStatSpec,
+    FrozenBatchNormSpec,
+    RunningStatSpec,
+    activate,
+)
 
 Array = jax.Array
 
@@ -337,6 +343,8 @@ def group_norm(
     eps: float = 1e-5,
     channel_axis: int = 1,
     impl: str = "auto",
+    frame_axis: int | None = None,
+    activation: str | None = None,
 ) -> Array:
     r"""Group normalization, numerically ``torch.nn.functional.group_norm``'s.
 
@@ -350,6 +358,13 @@ def group_norm(
     in float32 (float64 for float64 input), the output rounded once to ``x.dtype`` (torch's CPU
     kernel does the same for bfloat16/float16, with parameters of either dtype).
 
+    ``frame_axis`` normalizes each frame of a video on its own: the statistics are taken per
+    sample, group **and** index along that axis (the video VAEs' per-frame GroupNorm, which fold
+    the frames into the batch: diffusers' ``CosmosCausalGroupNorm``, ``MochiChunkedGroupNorm3D``,
+    ``MiniMaxH3VideoGroupNorm``). ``activation`` applies ``"relu"``, ``"silu"`` or ``"gelu"`` (erf)
+    to the rounded output, computed in float32 and rounded once (transformers'
+    ``BitGroupNormActivation``).
+
     Args:
       x: floating array ``[N, C, *spatial]`` (or ``[N, *spatial, C]`` with ``channel_axis=-1``).
       num_groups: number of groups; must divide ``C``.
@@ -357,14 +372,18 @@ def group_norm(
       eps: torch's default 1e-5 (flax's GroupNorm uses 1e-6).
       channel_axis: the channel axis (1: NCHW, -1: NHWC).
       impl: ``"auto"`` or ``"xla"``; ``"native"``/``"pallas"`` raise ``ValueError``.
+      frame_axis: ``None`` (torch's GroupNorm), or an axis other than the batch and channel
+        axes whose every index gets its own statistics (2 for ``[N, C, T, H, W]`` video).
+      activation: ``None``, ``"relu"``, ``"silu"`` or ``"gelu"``, applied after the affine.
 
     Returns:
       Array of ``x.shape`` and ``x.dtype``.
 
     Raises:
-      TypeError: non-floating ``x`` or parameter.
+      TypeError: non-floating ``x`` or parameter; ``frame_axis`` not an int.
       ValueError: ``num_groups`` not a positive divisor of ``C``; a parameter not ``(C,)``;
-        ``channel_axis`` 0 or out of range.
+        ``channel_axis`` 0 or out of range; ``frame_axis`` out of range, the batch or the
+        channel axis; an unknown ``activation``.
 
     Example:
       >>> import jax.numpy as jnp, numpy as np, jln
@@ -385,6 +404,9 @@ def group_norm(
             f"{fn}: num_groups must be a positive int that divides the {ch} channels of x at axis "
             f"{c}; received num_groups={num_groups!r} for x.shape={tuple(x.shape)}."
         )
+    if activation is not None:
+        _checks.check_choice(activation, "activation", ACTIVATIONS, fn)
+    frame = _frame_axis(fn, x, c, frame_axis)
     p = _per_channel(fn, x, c, scale=scale, bias=bias)
     shape = (*x.shape[:c], g, ch // g, *x.shape[c + 1 :])
     xg = x.reshape(shape)
@@ -392,10 +414,27 @@ def group_norm(
     def grouped(v: Array | None) -> Array | None:
         return None if v is None else v.reshape((1,) * c + (g, ch // g) + (1,) * (x.ndim - c - 1))
 
-    axes = tuple(a for a in range(1, xg.ndim) if a != c)
+    kept = (c,) if frame is None else (c, frame + 1 if frame > c else frame)  # (axes of xg)
+    axes = tuple(a for a in range(1, xg.ndim) if a not in kept)
     spec = BatchStatSpec(axes=axes, eps=eps, out_dtype=x.dtype)
     y, _, _ = _run(fn, spec, xg, (grouped(p["scale"]), grouped(p["bias"])))
-    return y.reshape(x.shape)
+    return activate(y.reshape(x.shape), activation)
+
+
+def _frame_axis(fn: str, x: Any, c: int, frame_axis: Any) -> int | None:
+    """``frame_axis`` as a non-negative axis of ``x`` (not the batch nor the channel axis)."""
+    if frame_axis is None:
+        return None
+    if isinstance(frame_axis, bool) or not isinstance(frame_axis, (int, np.integer)):
+        raise TypeError(f"{fn}: `frame_axis` must be an int or None; received {frame_axis!r}.")
+    (f,) = _checks.normalize_axes(int(frame_axis), x.ndim, fn)
+    if f in (0, c):
+        raise ValueError(
+            f"{fn}: frame_axis must be a spatial axis (not the batch axis 0 nor the channel axis {c}); "
+            f"received frame_axis={frame_axis!r} for x.shape={tuple(x.shape)}. For [N, C, T, H, W] "
+            f"video use frame_axis=2."
+        )
+    return f
 
 
 @_eager.compiled_when_eager("x", "running_mean", "running_var", "scale", "bias")

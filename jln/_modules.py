@@ -328,6 +328,34 @@ SCALE_INIT = Option("scale_init", "Any", None, "initializer ``init(key, shape, d
                     "(linen: or ``with_logical_partitioning``) to annotate how a sharded model "
                     "splits the parameter.")
 BIAS_INIT = Option("bias_init", "Any", None, "initializer of the norm's ``bias``; ``None``: zeros.")
+TORCH_NAMES = Option("torch_names", "Any", None, "the torch ``state_dict`` names of a class that holds "
+                     "this norm's tensors under other names: a mapping from torch's default name to the "
+                     "class's (``{\"weight\": \"norm.weight\", \"bias\": \"norm.bias\"}``, "
+                     "``{\"weight\": \"gamma\"}``), used by ``jln.interop.to_torch_state_dict``; "
+                     "``None``: torch's names. Numbers are unaffected.")
+
+
+def check_torch_names(cfg: Any, fn: str) -> None:
+    """Store ``cfg.torch_names`` as a sorted tuple of ``(default, name)`` string pairs (hashable);
+    ``TypeError`` unless it is None, a mapping or pairs of strings."""
+    names = getattr(cfg, "torch_names", None)
+    if names is None:
+        return
+    try:
+        items = list(names.items() if isinstance(names, Mapping) else names)
+        ok = bool(items) and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in items)
+        pairs = tuple(sorted(tuple(p) for p in items)) if ok else ()
+        ok = ok and all(isinstance(s, str) and s for p in pairs for s in p)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise TypeError(
+            f"{fn}: `torch_names` must be None or a non-empty mapping from torch's parameter name to "
+            f"the class's (e.g. {{'weight': 'norm.weight'}}); received {names!r}."
+        )
+    object.__setattr__(cfg, "torch_names", pairs)
+
+
 USE_SCALE = Option("use_scale", "bool", True, "learnable ``scale`` (torch's ``elementwise_affine``).")
 USE_BIAS = Option("use_bias", "bool", True, "learnable ``bias`` (torch's ``bias``).")
 FEATURES = _req("features", "d, the size of ``x``'s last axis (with ``axis_name``: the local size).")
@@ -388,6 +416,7 @@ AXIS = Option("axis", "Axis", -1, "axis or axes to normalize over; parameters ha
 
 def _check_layer_norm(cfg: Any) -> None:
     _checks.check_eps(cfg.eps, "jln LayerNorm")
+    check_torch_names(cfg, "jln LayerNorm")
     _check_common(cfg, "jln LayerNorm")
     check_inits(cfg, "jln LayerNorm")
     resolve_ln(cfg.convention, "jln LayerNorm")
@@ -410,7 +439,7 @@ LayerNormConfig = make_config(
             "``\"torch\"``, ``\"deberta\"`` (the row rounded to the input dtype, then the affine; "
             "alias ``\"moonshine\"``) or ``\"eager\"`` (every op in the input dtype; alias "
             "``\"vitdet\"``). With ``dtype=None`` the latter two promote a bf16 ``x`` with float32 "
-            "parameters to float32, as torch's ``weight * h`` does.")),
+            "parameters to float32, as torch's ``weight * h`` does."), TORCH_NAMES),
     _check_layer_norm,
 )
 
@@ -457,6 +486,7 @@ def _canonical(cfg: Any) -> str:
 def _check_rms_norm(cfg: Any) -> None:
     fn = "jln RMSNorm"
     resolve_convention(cfg.convention, fn)
+    check_torch_names(cfg, fn)
     check_inits(cfg, fn)
     if cfg.eps is not None:
         _checks.check_eps(cfg.eps, fn)
@@ -482,7 +512,7 @@ RMSNormConfig = make_config(
      AXIS, USE_SCALE.but(doc="learnable ``scale``."),
      USE_BIAS.but(default=False, doc="learnable ``bias`` (``convention=\"diffusers\"`` only)."), *COMPUTE,
      *DISTRIBUTED, SCALE_INIT.but(doc="as :class:`LayerNorm`'s; ``None``: the convention's identity (ones, "
-                                  "zeros for ``\"gemma\"`` and ``\"input_scaled\"``)."), BIAS_INIT),
+                                  "zeros for ``\"gemma\"`` and ``\"input_scaled\"``)."), BIAS_INIT, TORCH_NAMES),
     _check_rms_norm, canonical=property(_canonical),
 )
 

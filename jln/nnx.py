@@ -22,6 +22,7 @@ from jln import _batch_modules as B
 from jln import _modules as M
 from jln import _modules_adaptive as MA
 from jln import _modules_conditioned as MC
+from jln import _modules_lrn as ML
 
 Array = jax.Array
 
@@ -48,6 +49,7 @@ __all__ = [
     "ModulatedRMSNorm",
     "AdaRMSNorm",
     "AdaLNSigmoidGate",
+    "LocalResponseNorm",
 ]
 
 
@@ -304,4 +306,8 @@ class AdaRMSNorm(_Module, kind=MC.ADA_RMS_NORM):
 
 
 class AdaLNSigmoidGate(_Module, kind=MC.ADA_LN_SIGMOID_GATE):
+    pass
+
+
+class LocalResponseNorm(_Module, kind=ML.LOCAL_RESPONSE_NORM):
     pass

@@ -285,5 +285,5 @@ def test_an_unknown_norm_gets_the_nearest_families() -> None:
     with pytest.raises(TypeError, match="matches none of the computations jln recognises.*nearest families"):
         from_torch(MyRMSNorm())
     with pytest.raises(TypeError) as info:  # no such hint for modules that are no LayerNorm/RMSNorm
-        from_torch(torch.nn.LocalResponseNorm(2))
+        from_torch(torch.nn.Softmax(dim=-1))
     assert "nearest families" not in str(info.value)

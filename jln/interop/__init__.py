@@ -234,7 +234,7 @@ def _expected_shapes(module: Any, layout: Any, flat: Mapping[str, Any]) -> dict[
         return _spec_shapes(M.ada_ln_zero_specs(cfg, size("linear/kernel", 0)))
     if cls == "AdaLNContinuous":
         return _spec_shapes(M.ada_ln_continuous_specs(cfg, size("linear/kernel", 0)))
-    if cls in ("AdaLNZeroJoint", "AdaLNScale", "GlobalResponseNorm", "LpNorm", "AdaLNSingle"):
+    if cls in ("AdaLNZeroJoint", "AdaLNScale", "GlobalResponseNorm", "LpNorm", "AdaLNSingle", "LocalResponseNorm"):
         from jln import _modules_adaptive as MA
 
         if cls == "AdaLNZeroJoint":
@@ -339,7 +339,22 @@ def to_torch_state_dict(variables: Any, module: Any = None) -> dict[str, Any]:
     if isinstance(module, flax.linen.Module):  # (an nnx module's parameters are its own)
         _check_tree(module, layout, params, fn)
     arrays = layout.to_state_dict({**params, **stats} if stats else params)  # (running statistics)
+    arrays = _renamed(arrays, getattr(getattr(module, "cfg", None), "torch_names", None), fn)
     return {k: _arrays.to_torch(v, k, fn) for k, v in arrays.items()}
+
+
+def _renamed(arrays: dict[str, Any], names: Any, fn: str) -> dict[str, Any]:
+    """``arrays`` with the module's ``torch_names`` (``(default, name)`` pairs) applied."""
+    if not names:
+        return arrays
+    unknown = [d for d, _ in names if d not in arrays]
+    if unknown:
+        raise ValueError(
+            f"{fn}: the module's torch_names renames {unknown}, which its torch layout does not "
+            f"produce (it gives {sorted(arrays)}). Name only those."
+        )
+    new = dict(names)
+    return {new.get(k, k): v for k, v in arrays.items()}
 
 
 __all__ = ["from_torch", "supported_modules", "to_torch_state_dict"]

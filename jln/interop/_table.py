@@ -8,14 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from jln.interop import _adaptive_converters, _batch_converters, _converters, _variants
+from jln.interop import (
+    _adaptive_converters,
+    _batch_converters,
+    _converters,
+    _group_converters,
+    _variants,
+)
 from jln.interop._converters import Converter, Layout
 
 #: Every converter, in recognition order (the first whose ``recognise`` accepts a module wins).
 CONVERTERS: tuple[Converter, ...] = (*_converters.CONVERTERS, *_batch_converters.CONVERTERS, *_variants.CONVERTERS,
-                                     *_adaptive_converters.CONVERTERS)
+                                     *_adaptive_converters.CONVERTERS, *_group_converters.CONVERTERS)
 #: Every jln class's layout back to a torch ``state_dict``.
-LAYOUTS: dict[str, Layout] = {**_converters.LAYOUTS, **_batch_converters.LAYOUTS, **_adaptive_converters.LAYOUTS}
+LAYOUTS: dict[str, Layout] = {**_converters.LAYOUTS, **_batch_converters.LAYOUTS, **_adaptive_converters.LAYOUTS,
+                              **_group_converters.LAYOUTS}
 
 
 def find(m: Any) -> Converter | None:
