@@ -233,11 +233,13 @@ def _stat_norm(
         y = _run(fn, spec_e, x, (p["scale"], p["bias"], p["running_mean"], p["running_var"]))
         return y, stats
     n = _stats.count(x.shape, axes, name, groups)
-    if tracked and n <= 1:
+    if n == 1 or (tracked and n == 0):
+        # torch raises for one value per channel whenever it takes batch statistics, tracked or not
         raise ValueError(
-            f"{fn}: expected more than 1 value per channel when training (the unbiased variance "
-            f"of one value is undefined); received x.shape={tuple(x.shape)}. Use a larger batch, "
-            f"or training=False."
+            f"{fn}: expected more than 1 value per channel when taking batch statistics (the "
+            f"variance of one value is 0 and its unbiased estimate undefined; torch raises too); "
+            f"received x.shape={tuple(x.shape)}. Use a larger batch, or training=False with "
+            f"running statistics."
         )
     if tracked and m is None and num_batches_tracked is None and batch_axis_reduced:
         raise ValueError(

@@ -363,6 +363,11 @@ def test_errors_say_what_to_do() -> None:
         jln.batch_norm(x, jnp.zeros(3), jnp.ones(3), training=True, momentum=None)
     with pytest.raises(ValueError, match="more than 1 value"):
         jln.batch_norm(jnp.ones((1, 3)), jnp.zeros(3), jnp.ones(3), training=True)
+    # without running statistics too, as torch's F.batch_norm (track_running_stats=False)
+    with pytest.raises(ValueError, match="more than 1 value"):
+        jln.batch_norm(jnp.ones((1, 3)), training=True)
+    with pytest.raises(ValueError, match="more than 1 value"):
+        torch.nn.functional.batch_norm(torch.ones(1, 3), None, None, training=True)
     with pytest.raises(ValueError, match=r"shape \(3,\)"):
         jln.batch_norm(x, jnp.zeros(4), jnp.ones(4), training=True)
     with pytest.raises(ValueError, match="both"):
