@@ -531,7 +531,7 @@ def check_matches_torch(
       reference: ``"torch"`` (compare with torch directly, ``atol + rtol * max|torch|``) or
         ``"float64"`` (jln's 2x-torch-error rule against torch evaluated in float64).
       exact: forward outputs in bfloat16 and float16 must be bit-exact on >= 99.5% of
-        elements and at most 1 ulp off (bfloat16) or 2 (float16), elementwise.
+        elements and at most 2 ulp off, elementwise.
       rtol, atol: override the dtype defaults of the rule.
       grad_atol: a larger absolute floor for gradients only (e.g. the rounding floor of an
         ill-conditioned backward).
