@@ -332,7 +332,9 @@ BIAS_INIT = Option("bias_init", "Any", None, "initializer of the norm's ``bias``
 TORCH_NAMES = Option("torch_names", "Any", None, "the torch ``state_dict`` names of a class that holds "
                      "this norm's tensors under other names: a mapping from torch's default name to the "
                      "class's (``{\"weight\": \"norm.weight\", \"bias\": \"norm.bias\"}``, "
-                     "``{\"weight\": \"gamma\"}``), used by ``jln.interop.to_torch_state_dict``; "
+                     "``{\"weight\": \"gamma\"}``; a name with ``{}``, ``\"norms.{}.weight\"``, splits the "
+                     "tensor along its first axis, one per index: StableLM's per-head norms), used by "
+                     "``jln.interop.to_torch_state_dict``; "
                      "``None``: torch's names. Numbers are unaffected.")
 
 

@@ -482,12 +482,6 @@ NEAR_MISSES: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = (
      "element's position in the vector, ~1 in 8 differ), so no rounding rule reproduces it. Its float32 "
      "numbers are LayerNorm(convention='torch')'s; jln's nearest bfloat16 flow is convention='eager' "
      "(sqrt and a division)"),
-    (((f"{_T}.stablelm.modeling_stablelm", "StableLmLayerNormPerHead"),),
-     "it holds one LayerNorm per head (norms.<i>.weight) over axis 1; jln's LayerNorm has one parameter "
-     "tree shaped like the normalized axes"),
-    (((f"{_T}.chameleon.modeling_chameleon", "ChameleonLayerNorm"),),
-     "its per-head weight and bias apply after F.layer_norm in x's dtype (two roundings), while jln's "
-     "LayerNorm takes parameters shaped like the normalized axes and rounds once"),
     (((f"{_T}.esm.modeling_esmfold", "EsmFoldLayerNorm"),),
      "for bfloat16 input it first casts its weight and bias to bfloat16, so its numbers depend on the "
      "input's dtype, which a converted module does not know"),
@@ -543,7 +537,7 @@ def explain(m: Any) -> str | None:
         return (
             "Its forward matches none of the computations jln recognises (the classes listed below and "
             "their copies). The nearest families are jln.linen.LayerNorm (axis, zero_centered, use_scale, "
-            "use_bias, convention: torch, deberta, eager) and jln.linen.RMSNorm (convention: torch, llama, "
+            "use_bias, param_axes, convention: torch, deberta, eager) and jln.linen.RMSNorm (convention: torch, llama, "
             "gemma, t5, diffusers, seed, eager, round_rstd, input_scaled; see jln.layer_norm's and jln.rms_norm's tables of "
             "where each rounds): if one computes the same dtype flow, build it and "
             "load the weights with its layout."
