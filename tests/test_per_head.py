@@ -1,6 +1,6 @@
 """Per-head LayerNorm parameters: ``layer_norm(..., param_axes=...)`` and the LayerNorm module's
 ``param_axes``, and the transformers classes that convert onto them (StableLM's
-``StableLmLayerNormPerHead``, Chameleon's ``ChameleonLayerNorm``).
+``StableLmLayerNormPerHead``, Chameleon's ``ChameleonLayerNorm``, Cohere's per-head QK-norm).
 
 Every expected value is torch's own output (torch 2.13 CPU, transformers as installed) from
 random weights and inputs, or a float64 NumPy reference: float32 within 1e-5 of torch, bfloat16
@@ -60,6 +60,8 @@ CASES = [
          {"param_axes": (1, -1), "convention": "torch", "use_bias": True}, (2, H, 7, HD)),
     Case("ChameleonLayerNorm", _chameleon, {"param_axes": (-2, -1), "convention": "deberta", "eps": 1e-5},
          (2, 7, H, HD), default=("f32w_bf16x",)),
+    Case("CohereLayerNorm-per-head", lambda: _hf(f"{_T}.cohere.modeling_cohere", "CohereLayerNorm")((H, HD)),
+         {"param_axes": (-2, -1), "convention": "torch", "use_bias": False}, (2, 7, H, HD)),
 ]
 BY_ID = {c.id: c for c in CASES}
 
@@ -144,7 +146,7 @@ def test_converted_per_head_norm_gradients_match_torch(case_id: str) -> None:
 
 @pytest.mark.parametrize("case_id", [
     "StableLmLayerNormPerHead-bias", "ChameleonLayerNorm",
-    pytest.param("StableLmLayerNormPerHead", marks=pytest.mark.slow),
+    *(pytest.param(c, marks=pytest.mark.slow) for c in ("StableLmLayerNormPerHead", "CohereLayerNorm-per-head")),
 ])
 def test_state_dict_round_trip_loads_strictly(case_id: str) -> None:
     case = BY_ID[case_id]

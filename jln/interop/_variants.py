@@ -117,18 +117,12 @@ def _conv_olmo(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
 
 def _conv_cohere(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
     w = m.weight
-    if w.ndim != 1:
-        raise C._unsupported(
-            m, fn,
-            f"its weight has shape {tuple(w.shape)}: a per-head weight (Cohere's QK-norm) applied to "
-            f"statistics over the last axis only, while jln's LayerNorm takes a parameter shaped like "
-            f"the normalized axes",
-            "Normalize with jln.layer_norm(x, axis=-1) without a scale and multiply by the weight in "
-            "float32 before casting to x's dtype.",
-        )
     p = {"scale": to_jax(w, "weight", fn)}
     opts = dict(eps=float(m.variance_epsilon), axis=-1, use_scale=True, use_bias=False,
                 param_dtype=C._param_dtype(p))
+    if w.ndim > 1:  # a per-head weight (Cohere's QK-norm): statistics over the last axis only
+        opts["param_axes"] = tuple(range(-w.ndim, 0))
+        return C.Spec("LayerNorm", {}, (tuple(int(s) for s in w.shape),), opts), p
     return C.Spec("LayerNorm", {}, (int(w.shape[0]),), opts), p
 
 
@@ -308,7 +302,8 @@ CONVERTERS: tuple[C.Converter, ...] = (
         _LN,
     ),
     C.Converter(
-        "transformers CohereLayerNorm (float32 statistics, weight without bias; 1-D weight) and its copies",
+        "transformers CohereLayerNorm (float32 statistics, weight without bias; a (heads, head_dim) weight: "
+        "param_axes) and its copies",
         "LayerNorm(use_bias=False)",
         computes_as(((f"{_T}.cohere.modeling_cohere", "CohereLayerNorm"),), ("weight", "variance_epsilon")),
         _conv_cohere,
