@@ -27,13 +27,47 @@ def expand_param(p: Array, ndim: int, axes: tuple[int, ...]) -> Array:
 def params(fn: str, x: Any, scale: Any, bias: Any, axis: Axis) -> tuple[tuple[int, ...], Array | None, Array | None]:
     """Check ``x``, ``axis`` and the per-feature params; return (axes, scale, bias) reshaped
     to broadcast against ``x``."""
+    axes, _, s, b = laid_params(fn, x, scale, bias, axis, None)
+    return axes, s, b
+
+
+def laid_params(
+    fn: str, x: Any, scale: Any, bias: Any, axis: Axis, param_axes: Axis | None,
+) -> tuple[tuple[int, ...], tuple[int, ...] | None, Array | None, Array | None]:
+    """:func:`params` with the parameters laid out over ``param_axes`` (see
+    :func:`param_layout`): return (axes, param axes or None, scale, bias)."""
     _checks.check_floating(x, fn)
     axes = _checks.normalize_axes(axis, x.ndim, fn)
-    _checks.check_param(scale, "scale", x.shape, axes, fn)
-    _checks.check_param(bias, "bias", x.shape, axes, fn)
-    s = None if scale is None else expand_param(jnp.asarray(scale), x.ndim, axes)
-    b = None if bias is None else expand_param(jnp.asarray(bias), x.ndim, axes)
-    return axes, s, b
+    laid = param_layout(fn, x.ndim, axes, param_axes)
+    paxes, role = (axes, "normalized") if laid is None else (laid, "param_axes")
+    _checks.check_param(scale, "scale", x.shape, paxes, fn, role)
+    _checks.check_param(bias, "bias", x.shape, paxes, fn, role)
+    s = None if scale is None else expand_param(jnp.asarray(scale), x.ndim, paxes)
+    b = None if bias is None else expand_param(jnp.asarray(bias), x.ndim, paxes)
+    return axes, laid, s, b
+
+
+def param_layout(fn: str, ndim: int, axes: tuple[int, ...], param_axes: Axis | None) -> tuple[int, ...] | None:
+    """The axes of ``x`` the parameters span (flax's ``feature_axes``), sorted and
+    non-negative: every normalized axis plus, e.g., a heads axis (one LayerNorm per head).
+    ``None`` when ``param_axes`` is ``None`` or names just the normalized axes (today's layout).
+
+    Raises:
+      TypeError, ValueError: as ``axis`` (not ints, out of range, repeated), or ``ValueError``
+        when a normalized axis is missing from ``param_axes``.
+    """
+    if param_axes is None:
+        return None
+    paxes = _checks.normalize_axes(param_axes, ndim, fn, "param_axes")
+    missing = [a for a in axes if a not in paxes]
+    if missing:
+        raise ValueError(
+            f"{fn}: `param_axes` must contain every normalized axis (the parameters span the "
+            f"normalized axes and, optionally, more, e.g. a heads axis); received "
+            f"param_axes={param_axes!r}, which resolves to {paxes} for rank {ndim}, without the "
+            f"normalized {missing}. Add them, e.g. param_axes={tuple(sorted({*paxes, *axes}))}."
+        )
+    return None if paxes == axes else paxes
 
 
 def dist(fn: str, impl: str, axis_name: Any, axis_index_groups: Any) -> dict[str, Any]:

@@ -48,8 +48,9 @@ def check_floating(x: Any, fn: str, name: str = "x") -> None:
         )
 
 
-def normalize_axes(axis: Axis, ndim: int, fn: str) -> tuple[int, ...]:
-    """Turn ``axis`` (an int or a non-empty sequence of ints) into sorted non-negative axes.
+def normalize_axes(axis: Axis, ndim: int, fn: str, name: str = "axis") -> tuple[int, ...]:
+    """Turn ``axis`` (an int or a non-empty sequence of ints) into sorted non-negative axes;
+    ``name`` is the argument's name in messages.
 
     Raises:
         TypeError: ``axis`` is not an int or a sequence of ints.
@@ -59,12 +60,12 @@ def normalize_axes(axis: Axis, ndim: int, fn: str) -> tuple[int, ...]:
     if ndim == 0:
         raise ValueError(
             f"{fn}: the input is a scalar (rank 0), and a norm needs at least one axis to "
-            f"normalize over; received axis={axis!r}. Give it a feature axis, e.g. x[None]."
+            f"normalize over; received {name}={axis!r}. Give it a feature axis, e.g. x[None]."
         )
     if not raw:
         raise ValueError(
-            f"{fn}: `axis` must name at least one axis to normalize over; received an empty "
-            f"{type(axis).__name__}. Use axis=-1 for the last axis."
+            f"{fn}: `{name}` must name at least one axis to normalize over; received an empty "
+            f"{type(axis).__name__}. Use {name}=-1 for the last axis."
         )
     out = []
     for a in raw:
@@ -74,17 +75,17 @@ def normalize_axes(axis: Axis, ndim: int, fn: str) -> tuple[int, ...]:
             a_int = operator.index(a)
         except TypeError:
             raise TypeError(
-                f"{fn}: `axis` must be an int or a tuple of ints; received {axis!r}."
+                f"{fn}: `{name}` must be an int or a tuple of ints; received {axis!r}."
             ) from None
         if not -ndim <= a_int < ndim:
             raise ValueError(
                 f"{fn}: axis {a_int} is out of range for an input of rank {ndim} "
-                f"(valid axes are {-ndim}..{ndim - 1}); received axis={axis!r}."
+                f"(valid axes are {-ndim}..{ndim - 1}); received {name}={axis!r}."
             )
         out.append(a_int % ndim)
     if len(set(out)) != len(out):
         raise ValueError(
-            f"{fn}: `axis` repeats an axis; received axis={axis!r}, which resolves to "
+            f"{fn}: `{name}` repeats an axis; received {name}={axis!r}, which resolves to "
             f"{tuple(out)} for rank {ndim}. Name each axis once."
         )
     return tuple(sorted(out))
@@ -95,8 +96,11 @@ def feature_shape(shape: Sequence[int], axes: tuple[int, ...]) -> tuple[int, ...
     return tuple(shape[a] for a in axes)
 
 
-def check_param(p: Any, name: str, x_shape: Sequence[int], axes: tuple[int, ...], fn: str) -> None:
-    """Raise unless the per-feature parameter ``p`` has the shape of ``x`` at ``axes``."""
+def check_param(
+    p: Any, name: str, x_shape: Sequence[int], axes: tuple[int, ...], fn: str, role: str = "normalized",
+) -> None:
+    """Raise unless the per-feature parameter ``p`` has the shape of ``x`` at ``axes`` (the
+    ``role`` axes in the message: ``"normalized"``, or ``"param_axes"``)."""
     if p is None:
         return
     if isinstance(p, (float, int)) and not isinstance(p, bool):
@@ -112,7 +116,7 @@ def check_param(p: Any, name: str, x_shape: Sequence[int], axes: tuple[int, ...]
         hint = ""
         if len(axes) == 1 and math.prod(p.shape) == expected[0]:
             hint = f" Reshape it with {name}.reshape({expected})."
-        elif 0 < len(p.shape) < len(expected) and tuple(expected[-len(p.shape) :]) == tuple(p.shape):
+        elif role == "normalized" and 0 < len(p.shape) < len(expected) and tuple(expected[-len(p.shape) :]) == tuple(p.shape):
             # a per-feature parameter over fewer axes than are normalized (flax's feature_axes)
             hint = (
                 f" jln's parameters span every normalized axis; to keep normalizing over {axes} "
@@ -123,9 +127,15 @@ def check_param(p: Any, name: str, x_shape: Sequence[int], axes: tuple[int, ...]
                 f" It matches the trailing {len(p.shape)} axes of x: to normalize over those, pass "
                 f"axis={tuple(range(-len(p.shape), 0))}."
             )
+            if "layer_norm" in fn or "LayerNorm" in fn:  # the one family with param_axes
+                hint += (
+                    f" To keep the statistics over {axes} with parameters over more axes (one row "
+                    f"per head), pass param_axes={tuple(range(-len(p.shape), 0))}."
+                )
         where = f"axis {axes[0]}" if len(axes) == 1 else "axes " + ", ".join(map(str, axes))
+        where = f"the normalized {where}" if role == "normalized" else f"param_axes={axes}"
         raise ValueError(
-            f"{fn}: `{name}` must have shape {expected}, x's sizes along the normalized {where}; "
+            f"{fn}: `{name}` must have shape {expected}, x's sizes along {where}; "
             f"received {name}.shape={tuple(p.shape)} for x.shape={tuple(x_shape)}.{hint}"
         )
 

@@ -28,6 +28,7 @@ def layer_norm(
     axis_index_groups: Any = None,
     zero_centered: bool = False,
     convention: str = "torch",
+    param_axes: Axis | None = None,
 ) -> Array:
     r"""Layer normalization, numerically identical in contract to ``torch.nn.functional.layer_norm``.
 
@@ -63,7 +64,8 @@ def layer_norm(
 
     Args:
       x: floating array of any shape (float16, bfloat16, float32, float64).
-      scale: optional multiplier with the shape of ``x`` at ``axis`` (torch's ``weight``).
+      scale: optional multiplier with the shape of ``x`` at ``axis`` (at ``param_axes`` when
+        given; torch's ``weight``).
       bias: optional offset with the same shape (torch's ``bias``).
       axis: int or tuple of ints to normalize over. torch's ``normalized_shape`` of length k
         is ``axis=tuple(range(-k, 0))``.
@@ -90,6 +92,12 @@ def layer_norm(
       convention: ``"torch"``, ``"deberta"`` or ``"eager"`` (or an alias), as in the table.
         ``"deberta"`` and ``"eager"`` run on the XLA path (``impl="pallas"``/``"native"``
         raise ``ValueError`` for them); for float32 input all three give torch's numbers.
+      param_axes: the axes of ``x`` that ``scale`` and ``bias`` span (flax's ``feature_axes``):
+        every axis in ``axis`` plus more, e.g. ``axis=-1, param_axes=(1, -1)`` on
+        ``[batch, heads, seq, head_dim]`` is one LayerNorm per head, parameters of shape
+        ``(heads, head_dim)`` (StableLM's ``LayerNormPerHead``; with ``convention="deberta"``
+        Chameleon's per-head LayerNorm). ``None`` (default): the normalized axes. Runs on the
+        XLA path (``impl="pallas"``/``"native"`` raise ``ValueError``).
 
     Returns:
       Array of ``x.shape``: ``x.dtype`` for ``"torch"`` (float32 params do not promote a
@@ -101,7 +109,9 @@ def layer_norm(
       ValueError: ``scale``/``bias`` shape differs from ``x``'s shape at the normalized axes;
         an axis is out of range or repeated; ``axis`` is empty; ``eps`` is negative;
         ``zero_centered=True`` without ``scale``; an unknown ``convention``, or
-        ``impl="pallas"``/``"native"`` with a convention other than ``"torch"``.
+        ``impl="pallas"``/``"native"`` with a convention other than ``"torch"`` or with
+        ``param_axes``; ``param_axes`` out of range, repeated, or without every normalized axis
+        (``TypeError`` if it is not ints).
       NameError: ``axis_name`` is not bound (outside ``shard_map``/``pmap``).
 
     Example:
@@ -114,16 +124,22 @@ def layer_norm(
       >>> xb = jnp.array([[2.0, -1.0, 3.0, 0.0]], jnp.bfloat16)
       >>> jln.layer_norm(xb, jnp.ones(4), convention="deberta").dtype  # w * h promotes
       dtype('float32')
+      >>> h = jnp.arange(24.0).reshape(1, 2, 3, 4)  # [batch, heads, seq, head_dim]
+      >>> w = jnp.array([[1.0] * 4, [2.0] * 4])  # one weight row per head
+      >>> y = jln.layer_norm(h, w, axis=-1, param_axes=(1, -1))
+      >>> bool((y[:, 1] == 2 * y[:, 0]).all())
+      True
 
     Reference: Ba, Kiros and Hinton, "Layer Normalization" (2016).
     """
     fn = "jln.layer_norm"
-    axes, s, b = _args.params(fn, x, scale, bias, axis)
+    axes, laid, s, b = _args.laid_params(fn, x, scale, bias, axis, param_axes)
     s = _args.zero_centered_scale(fn, s, zero_centered)
     conv = contract.resolve_convention(convention, fn)
     out = contract.output_dtype(conv, x.dtype, None if s is None else s.dtype, None if b is None else b.dtype)
     spec = LayerNormSpec(
         axes=axes, eps=_checks.check_eps(eps, fn), out_dtype=out, convention=conv, io_dtype=x.dtype,
+        param_axes=laid,
         **_args.dist(fn, impl, axis_name, axis_index_groups),
     )
     return _dispatch.apply(fn, impl, spec, x, (s, b, None, None))

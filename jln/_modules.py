@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jln import _checks, _monitor, _platform, _stats
+from jln import _args, _checks, _monitor, _platform, _stats
 from jln._adaptive import (
     adaptive_layer_norm,
     adaptive_rms_norm,
@@ -129,14 +129,15 @@ def feature_shape(num_features: Any, fn: str) -> tuple[int, ...]:
     return tuple(int(n) for n in sizes if n is not None)
 
 
-def check_num_features(x: Any, axis: Any, num_features: tuple[int, ...], fn: str) -> None:
+def check_num_features(x: Any, axis: Any, num_features: tuple[int, ...], fn: str, name: str = "axis") -> None:
     """``ValueError`` unless ``x`` has the module's ``num_features`` at the normalized axes (an
-    NNX norm declares them; without parameters nothing else would notice a wrong width)."""
+    NNX norm declares them; without parameters nothing else would notice a wrong width), or at
+    the parameters' axes (``name="param_axes"``)."""
     _checks.check_floating(x, fn)
-    have = _checks.feature_shape(x.shape, _checks.normalize_axes(axis, x.ndim, fn))
+    have = _checks.feature_shape(x.shape, _checks.normalize_axes(axis, x.ndim, fn, name))
     if have != tuple(num_features):
         raise ValueError(
-            f"{fn}: the module was built for num_features={tuple(num_features)} at axis={axis!r}; "
+            f"{fn}: the module was built for num_features={tuple(num_features)} at {name}={axis!r}; "
             f"received x.shape={tuple(x.shape)}, which has {have} there. Build it with "
             f"num_features={have if len(have) > 1 else have[0]}, or pass x with that shape."
         )
@@ -331,7 +332,9 @@ BIAS_INIT = Option("bias_init", "Any", None, "initializer of the norm's ``bias``
 TORCH_NAMES = Option("torch_names", "Any", None, "the torch ``state_dict`` names of a class that holds "
                      "this norm's tensors under other names: a mapping from torch's default name to the "
                      "class's (``{\"weight\": \"norm.weight\", \"bias\": \"norm.bias\"}``, "
-                     "``{\"weight\": \"gamma\"}``), used by ``jln.interop.to_torch_state_dict``; "
+                     "``{\"weight\": \"gamma\"}``; a name with ``{}``, ``\"norms.{}.weight\"``, splits the "
+                     "tensor along its first axis, one per index: StableLM's per-head norms), used by "
+                     "``jln.interop.to_torch_state_dict``; "
                      "``None``: torch's names. Numbers are unaffected.")
 
 
@@ -387,7 +390,11 @@ class Shape:
 
 def _infer_features(cfg: Any, x: Array, name: str, fn: str) -> tuple[int, ...]:
     _checks.check_floating(x, fn, name)
-    return _checks.feature_shape(x.shape, _checks.normalize_axes(cfg.axis, x.ndim, fn))
+    pa = getattr(cfg, "param_axes", None)
+    axes = _checks.normalize_axes(cfg.axis, x.ndim, fn)
+    if pa is not None:  # the parameters' shape: x's sizes at param_axes
+        axes = _args.param_layout(fn, x.ndim, axes, pa) or axes
+    return _checks.feature_shape(x.shape, axes)
 
 
 def _infer_last(cfg: Any, x: Array, name: str, fn: str) -> int:
@@ -397,9 +404,16 @@ def _infer_last(cfg: Any, x: Array, name: str, fn: str) -> int:
     return int(x.shape[-1])
 
 
+def _check_features(cfg: Any, x: Array, n: tuple[int, ...], fn: str) -> None:
+    """:func:`check_num_features` at the axes the parameters span: ``param_axes`` where the kind
+    has it and it is set, else ``axis``."""
+    pa = getattr(cfg, "param_axes", None)
+    check_num_features(x, cfg.axis if pa is None else pa, n, fn, "axis" if pa is None else "param_axes")
+
+
 NUM_FEATURES = Shape(
-    "num_features", "int | tuple[int, ...]", "shape of ``x`` at ``axis`` (an int for one axis).", 0,
-    feature_shape, _infer_features, lambda cfg, x, n, fn: check_num_features(x, cfg.axis, n, fn),
+    "num_features", "int | tuple[int, ...]", "shape of ``x`` at ``axis`` (LayerNorm: at ``param_axes`` when set; an int for one axis).", 0,
+    feature_shape, _infer_features, _check_features,
 )
 
 
@@ -414,12 +428,29 @@ def _cond_features(input_name: str) -> Shape:
 AXIS = Option("axis", "Axis", -1, "axis or axes to normalize over; parameters have the shape of ``x`` there.")
 
 
+def check_param_axes(cfg: Any, fn: str) -> None:
+    """Store ``cfg.param_axes`` as an int or a tuple of ints (a list is frozen); ``TypeError``
+    otherwise. Its range and its relation to ``axis`` are checked against ``x`` at the call."""
+    pa = cfg.param_axes
+    if pa is None:
+        return
+    items = list(pa) if isinstance(pa, (list, tuple)) else [pa]
+    if not items or any(isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)) for a in items):
+        raise TypeError(
+            f"{fn}: `param_axes` must be None, an int or a non-empty tuple of ints (the axes of x the "
+            f"scale and bias span, e.g. (1, -1) for one LayerNorm per head of [batch, heads, seq, "
+            f"head_dim]); received {pa!r}."
+        )
+    object.__setattr__(cfg, "param_axes", tuple(int(a) for a in items) if isinstance(pa, (list, tuple)) else int(pa))
+
+
 def _check_layer_norm(cfg: Any) -> None:
     _checks.check_eps(cfg.eps, "jln LayerNorm")
     check_torch_names(cfg, "jln LayerNorm")
     _check_common(cfg, "jln LayerNorm")
     check_inits(cfg, "jln LayerNorm")
     resolve_ln(cfg.convention, "jln LayerNorm")
+    check_param_axes(cfg, "jln LayerNorm")
     if cfg.zero_centered and not cfg.use_scale:
         raise ValueError(
             "jln LayerNorm: zero_centered=True multiplies by `1 + scale`, so it needs use_scale=True; "
@@ -439,7 +470,12 @@ LayerNormConfig = make_config(
             "``\"torch\"``, ``\"deberta\"`` (the row rounded to the input dtype, then the affine; "
             "alias ``\"moonshine\"``) or ``\"eager\"`` (every op in the input dtype; alias "
             "``\"vitdet\"``). With ``dtype=None`` the latter two promote a bf16 ``x`` with float32 "
-            "parameters to float32, as torch's ``weight * h`` does."), TORCH_NAMES),
+            "parameters to float32, as torch's ``weight * h`` does."), TORCH_NAMES,
+     Option("param_axes", "Any", None, "the axes of ``x`` that ``scale`` and ``bias`` span, as "
+            ":func:`jln.layer_norm`: every axis in ``axis`` plus more (flax's ``feature_axes``), e.g. "
+            "``param_axes=(1, -1)`` with ``axis=-1`` on ``[batch, heads, seq, head_dim]``: one LayerNorm "
+            "per head, parameters ``(heads, head_dim)`` (NNX: ``num_features`` is that shape). ``None``: "
+            "``axis``. Runs on the XLA path.")),
     _check_layer_norm,
 )
 
@@ -472,6 +508,8 @@ def apply_layer_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
     options: dict[str, Any] = {} if cfg.convention == "torch" else {"convention": cfg.convention}
     if cfg.zero_centered:
         options["zero_centered"] = True
+    if cfg.param_axes is not None:
+        options["param_axes"] = cfg.param_axes
     return _apply_norm(layer_norm, params, x, cfg, "jln LayerNorm", **options)
 
 
@@ -1212,7 +1250,8 @@ class Kind:
 FLAX_ARGS: dict[str, tuple[tuple[str, ...], str]] = {
     "epsilon": (("eps", "layer_norm_eps"), ""),
     "reduction_axes": (("axis",), "the normalized axes"),
-    "feature_axes": (("axis",), "jln's scale and bias always have x's shape at the normalized axes"),
+    "feature_axes": (("param_axes", "axis"), "jln's scale and bias span LayerNorm's param_axes; elsewhere "
+                                             "they always have x's shape at the normalized axes"),
     "use_fast_variance": ((), "jln always takes the variance as the mean of squared deviations from "
                               "the mean, in float32; drop it"),
     "force_float32_reductions": ((), "jln always reduces in float32, float64 for float64 input; drop it"),

@@ -242,7 +242,6 @@ def test_variant_gradients(case_id: str) -> None:
 
 
 @pytest.mark.parametrize(("make", "message"), [
-    (_t("cohere.modeling_cohere", "CohereLayerNorm", (4, 8)), r"weight has shape \(4, 8\): a per-head weight"),
     (_t("qwen4_exp.modeling_qwen4_exp", "Qwen4ExpTextRMSNorm", D, group_size=8), "statistics are per group of 8"),
     (lambda: _hf(f"{_T}.muse_spark.modeling_muse_spark", "MuseSparkTextCenteredRMSNorm")(D).to(BF16),
      r"computes `1 \+ weight` in the weight's dtype \(torch.bfloat16\)"),
@@ -268,7 +267,6 @@ def test_variants_are_listed() -> None:
 @pytest.mark.parametrize(("path", "name", "args", "message"), [
     ("pocket_tts.modeling_pocket_tts", "PocketTTSFlowLayerNorm", (D,), "rsqrt is not correctly rounded"),
     ("esm.modeling_esmfold", "EsmFoldLayerNorm", (D,), "casts its weight and bias to bfloat16"),
-    ("stablelm.modeling_stablelm", "StableLmLayerNormPerHead", (D, 4), "one LayerNorm per head"),
 ])
 def test_refusals_say_what_differs_from_the_nearest_family(path: str, name: str, args: Any, message: str) -> None:
     with pytest.raises(TypeError, match=f"no converter for .*{name}. jln recognises its computation but cannot "

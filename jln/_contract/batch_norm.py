@@ -31,20 +31,10 @@ from jax import lax
 
 from jln import _stats
 from jln._contract import NormSpec
+from jln._stats import forward_as
+from jln._stats import unfused as _unfused
 
 Array = jax.Array
-
-
-@jax.custom_jvp
-def forward_as(value: Array, like: Array) -> Array:
-    """``value``, differentiated as ``like`` (two computations of the same quantity: one rounded
-    as torch's forward rounds, one whose derivative is the float32 formula's)."""
-    return value
-
-
-@forward_as.defjvp
-def _forward_as_jvp(primals: tuple[Array, Array], tangents: tuple[Array, Array]) -> tuple[Array, Array]:
-    return primals[0], tangents[1]
 
 
 def _inv_sqrt(v: Array) -> Array:
@@ -52,20 +42,6 @@ def _inv_sqrt(v: Array) -> Array:
     BatchNorm kernels compute it (*measured*: equal on 100% of 1e5 float32 values, where XLA's
     ``rsqrt`` differs in the last bit on ~34%)."""
     return 1 / _unfused(lax.sqrt(v))  # (jitted, XLA would rewrite 1 / sqrt(v) as rsqrt(v))
-
-
-def _unfused(p: Array) -> Array:
-    """``p``, computed and rounded on its own as torch's separate ops do: XLA's CPU backend
-    contracts ``a * b + c`` into one fused multiply-add and rewrites ``1 / sqrt(v)`` as
-    ``rsqrt(v)`` (*measured*: each 1 ulp off torch on many elements of a FrozenBatchNorm2d;
-    ``optimization_barrier`` and ``reduce_precision`` are simplified away). An integer round trip of the bits, xor'ed with
-    a zero the compiler cannot fold (``p != p``: 0 unless NaN, which stays NaN), keeps the two
-    ops apart; the derivative is ``p``'s."""
-    bits_t = jnp.uint32 if p.dtype == jnp.float32 else jnp.uint64 if p.dtype == jnp.float64 else None
-    if bits_t is None:
-        return p
-    bits = lax.bitcast_convert_type(lax.stop_gradient(p), bits_t) ^ (p != p).astype(bits_t)
-    return forward_as(lax.bitcast_convert_type(bits, p.dtype), p)
 
 
 def _affine(y: Array, scale: Array | None, bias: Array | None) -> Array:

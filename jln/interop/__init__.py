@@ -219,13 +219,16 @@ def _expected_shapes(module: Any, layout: Any, flat: Mapping[str, Any]) -> dict[
         kind = type(module)._kind
         return _spec_shapes(kind.specs(cfg) if cls == "GroupNorm" else kind.specs(cfg, size("scale", 0)))
     if cls in ("LayerNorm", "RMSNorm", "GatedRMSNorm"):
-        n_axes = 1 if isinstance(cfg.axis, int) else len(cfg.axis)
+        laid = getattr(cfg, "param_axes", None)  # (LayerNorm's parameters over more axes)
+        spans = cfg.axis if laid is None else laid
+        n_axes = 1 if isinstance(spans, int) else len(spans)
         given = next((tuple(flat[k].shape) for k in ("scale", "bias") if k in flat), None)
         if given is not None and len(given) != n_axes:
+            said = f"normalizes over {n_axes} axis(es) (axis={cfg.axis!r})" if laid is None else (
+                f"lays its parameters over {n_axes} axes (param_axes={laid!r})")
             raise ValueError(
-                f"jln.interop.to_torch_state_dict: the module normalizes over {n_axes} axis(es) "
-                f"(axis={cfg.axis!r}), so its parameters have {n_axes} dimension(s); received "
-                f"shape {given}."
+                f"jln.interop.to_torch_state_dict: the module {said}, so its parameters have "
+                f"{n_axes} dimension(s); received shape {given}."
             )
         features = given if given is not None else (1,) * n_axes
         specs = {"LayerNorm": M.layer_norm_specs, "RMSNorm": M.rms_norm_specs, "GatedRMSNorm": M.gated_rms_norm_specs}
@@ -344,7 +347,8 @@ def to_torch_state_dict(variables: Any, module: Any = None) -> dict[str, Any]:
 
 
 def _renamed(arrays: dict[str, Any], names: Any, fn: str) -> dict[str, Any]:
-    """``arrays`` with the module's ``torch_names`` (``(default, name)`` pairs) applied."""
+    """``arrays`` with the module's ``torch_names`` (``(default, name)`` pairs) applied; a name
+    with ``{}`` splits the array along its first axis, ``{}`` replaced by the index."""
     if not names:
         return arrays
     unknown = [d for d, _ in names if d not in arrays]
@@ -354,7 +358,14 @@ def _renamed(arrays: dict[str, Any], names: Any, fn: str) -> dict[str, Any]:
             f"produce (it gives {sorted(arrays)}). Name only those."
         )
     new = dict(names)
-    return {new.get(k, k): v for k, v in arrays.items()}
+    out: dict[str, Any] = {}
+    for k, v in arrays.items():
+        name = new.get(k, k)
+        if "{}" in name:  # one tensor per index of the first axis (StableLM's norms.<i>.weight)
+            out.update({name.format(i): row for i, row in enumerate(v)})
+        else:
+            out[name] = v
+    return out
 
 
 __all__ = ["from_torch", "supported_modules", "to_torch_state_dict"]

@@ -13,13 +13,15 @@ from jln.interop import (
     _batch_converters,
     _converters,
     _group_converters,
+    _per_head_converters,
     _variants,
 )
 from jln.interop._converters import Converter, Layout
 
 #: Every converter, in recognition order (the first whose ``recognise`` accepts a module wins).
 CONVERTERS: tuple[Converter, ...] = (*_converters.CONVERTERS, *_batch_converters.CONVERTERS, *_variants.CONVERTERS,
-                                     *_adaptive_converters.CONVERTERS, *_group_converters.CONVERTERS)
+                                     *_adaptive_converters.CONVERTERS, *_group_converters.CONVERTERS,
+                                     *_per_head_converters.CONVERTERS)
 #: Every jln class's layout back to a torch ``state_dict``.
 LAYOUTS: dict[str, Layout] = {**_converters.LAYOUTS, **_batch_converters.LAYOUTS, **_adaptive_converters.LAYOUTS,
                               **_group_converters.LAYOUTS}

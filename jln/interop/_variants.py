@@ -117,18 +117,12 @@ def _conv_olmo(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
 
 def _conv_cohere(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
     w = m.weight
-    if w.ndim != 1:
-        raise C._unsupported(
-            m, fn,
-            f"its weight has shape {tuple(w.shape)}: a per-head weight (Cohere's QK-norm) applied to "
-            f"statistics over the last axis only, while jln's LayerNorm takes a parameter shaped like "
-            f"the normalized axes",
-            "Normalize with jln.layer_norm(x, axis=-1) without a scale and multiply by the weight in "
-            "float32 before casting to x's dtype.",
-        )
     p = {"scale": to_jax(w, "weight", fn)}
     opts = dict(eps=float(m.variance_epsilon), axis=-1, use_scale=True, use_bias=False,
                 param_dtype=C._param_dtype(p))
+    if w.ndim > 1:  # a per-head weight (Cohere's QK-norm): statistics over the last axis only
+        opts["param_axes"] = tuple(range(-w.ndim, 0))
+        return C.Spec("LayerNorm", {}, (tuple(int(s) for s in w.shape),), opts), p
     return C.Spec("LayerNorm", {}, (int(w.shape[0]),), opts), p
 
 
@@ -308,7 +302,8 @@ CONVERTERS: tuple[C.Converter, ...] = (
         _LN,
     ),
     C.Converter(
-        "transformers CohereLayerNorm (float32 statistics, weight without bias; 1-D weight) and its copies",
+        "transformers CohereLayerNorm (float32 statistics, weight without bias; a (heads, head_dim) weight: "
+        "param_axes) and its copies",
         "LayerNorm(use_bias=False)",
         computes_as(((f"{_T}.cohere.modeling_cohere", "CohereLayerNorm"),), ("weight", "variance_epsilon")),
         _conv_cohere,
@@ -482,12 +477,6 @@ NEAR_MISSES: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = (
      "element's position in the vector, ~1 in 8 differ), so no rounding rule reproduces it. Its float32 "
      "numbers are LayerNorm(convention='torch')'s; jln's nearest bfloat16 flow is convention='eager' "
      "(sqrt and a division)"),
-    (((f"{_T}.stablelm.modeling_stablelm", "StableLmLayerNormPerHead"),),
-     "it holds one LayerNorm per head (norms.<i>.weight) over axis 1; jln's LayerNorm has one parameter "
-     "tree shaped like the normalized axes"),
-    (((f"{_T}.chameleon.modeling_chameleon", "ChameleonLayerNorm"),),
-     "its per-head weight and bias apply after F.layer_norm in x's dtype (two roundings), while jln's "
-     "LayerNorm takes parameters shaped like the normalized axes and rounds once"),
     (((f"{_T}.esm.modeling_esmfold", "EsmFoldLayerNorm"),),
      "for bfloat16 input it first casts its weight and bias to bfloat16, so its numbers depend on the "
      "input's dtype, which a converted module does not know"),
@@ -543,7 +532,7 @@ def explain(m: Any) -> str | None:
         return (
             "Its forward matches none of the computations jln recognises (the classes listed below and "
             "their copies). The nearest families are jln.linen.LayerNorm (axis, zero_centered, use_scale, "
-            "use_bias, convention: torch, deberta, eager) and jln.linen.RMSNorm (convention: torch, llama, "
+            "use_bias, param_axes, convention: torch, deberta, eager) and jln.linen.RMSNorm (convention: torch, llama, "
             "gemma, t5, diffusers, seed, eager, round_rstd, input_scaled; see jln.layer_norm's and jln.rms_norm's tables of "
             "where each rounds): if one computes the same dtype flow, build it and "
             "load the weights with its layout."
