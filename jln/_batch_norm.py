@@ -419,7 +419,7 @@ def group_norm(
         return None if v is None else v.reshape((1,) * c + split + (1,) * (x.ndim - c - 1))
 
     shift = len(split) - 1  # axes of xg past the channels move by this much
-    kept: tuple[int, ...] = (c,) if g > 1 else ()  # the group axis of xg (one group: none reduced)
+    kept: tuple[int, ...] = (c,) if g > 1 else ()  # the group axis (one group: all channels reduced)
     if frame is not None:
         kept += (frame + shift if frame > c else frame,)
     axes = tuple(a for a in range(1, xg.ndim) if a not in kept)
