@@ -35,24 +35,6 @@ class RunningStats(NamedTuple):
     num_batches_tracked: Array | None
 
 
-def _channel_axis(fn: str, x: Any, channel_axis: Any, min_ndim: int = 2) -> int:
-    _checks.check_floating(x, fn)
-    if x.ndim < min_ndim:
-        raise ValueError(
-            f"{fn}: x must have a batch and a channel axis (rank >= {min_ndim}); received "
-            f"x.shape={tuple(x.shape)}. Add a batch axis with x[None]."
-        )
-    if isinstance(channel_axis, bool) or not isinstance(channel_axis, (int, np.integer)):
-        raise TypeError(f"{fn}: `channel_axis` must be an int (1 for NCHW, -1 for NHWC); received {channel_axis!r}.")
-    (c,) = _checks.normalize_axes(int(channel_axis), x.ndim, fn)
-    if c == 0:
-        raise ValueError(
-            f"{fn}: channel_axis must not be the batch axis 0; received channel_axis={channel_axis!r} "
-            f"for x.shape={tuple(x.shape)}. Use 1 for torch's NCHW layout or -1 for NHWC."
-        )
-    return c
-
-
 def _per_channel(fn: str, x: Any, c: int, **arrays: Any) -> dict[str, Array | None]:
     """Check each per-channel array (shape ``(C,)``); return them reshaped to broadcast."""
     out: dict[str, Array | None] = {}
@@ -190,7 +172,7 @@ def batch_norm(
     Reducing Internal Covariate Shift" (2015).
     """
     fn = "jln.batch_norm"
-    c = _channel_axis(fn, x, channel_axis)
+    c = _checks.channel_axis(fn, x, channel_axis)
     axes = tuple(a for a in range(x.ndim) if a != c)
     return _stat_norm(
         fn, x, c, axes, running_mean, running_var, scale, bias, training=training, momentum=momentum,
@@ -326,7 +308,7 @@ def instance_norm(
     for Fast Stylization" (2016).
     """
     fn = "jln.instance_norm"
-    c = _channel_axis(fn, x, channel_axis, min_ndim=3)
+    c = _checks.channel_axis(fn, x, channel_axis, min_ndim=3)
     axes = tuple(a for a in range(1, x.ndim) if a != c)
     return _stat_norm(
         fn, x, c, axes, running_mean, running_var, scale, bias, training=training, momentum=momentum,
@@ -397,7 +379,7 @@ def group_norm(
     """
     fn = "jln.group_norm"
     _xla_only(fn, impl)
-    c = _channel_axis(fn, x, channel_axis)
+    c = _checks.channel_axis(fn, x, channel_axis)
     eps = _checks.check_eps(eps, fn)
     ch = x.shape[c]
     g = num_groups if isinstance(num_groups, int) and not isinstance(num_groups, bool) else None
@@ -488,7 +470,7 @@ def frozen_batch_norm(
       Array([[0.5, 0.5]], dtype=float32)
     """
     fn = "jln.frozen_batch_norm"
-    c = _channel_axis(fn, x, channel_axis)
+    c = _checks.channel_axis(fn, x, channel_axis)
     eps = _checks.check_eps(eps, fn)
     bufs = dict(scale=scale, bias=bias, running_mean=running_mean, running_var=running_var)
     for name, v in bufs.items():

@@ -230,3 +230,24 @@ def check_axis_name(axis_name: Any, axis_index_groups: Any, fn: str) -> tuple[An
             f"equal groups, each index once (e.g. [[0, 1], [2, 3]]); received {axis_index_groups!r}."
         )
     return axis_name, groups
+
+
+def channel_axis(
+    fn: str, x: Any, channel_axis: Any, min_ndim: int = 2,
+    need: str = "a batch and a channel axis", fix: str = "Add a batch axis with x[None].",
+) -> int:
+    """The channel axis of a floating ``x`` laid out ``[N, C, ...]`` (``channel_axis=1``) or
+    ``[N, ..., C]`` (``-1``), as a non-negative int: not the batch axis, ``x`` of rank at least
+    ``min_ndim`` (``need`` and ``fix`` word that requirement's error)."""
+    check_floating(x, fn)
+    if x.ndim < min_ndim:
+        raise ValueError(f"{fn}: x must have {need} (rank >= {min_ndim}); received x.shape={tuple(x.shape)}. {fix}")
+    if isinstance(channel_axis, (bool, np.bool_)) or not isinstance(channel_axis, (int, np.integer)):
+        raise TypeError(f"{fn}: `channel_axis` must be an int (1 for NCHW, -1 for NHWC); received {channel_axis!r}.")
+    (c,) = normalize_axes(int(channel_axis), x.ndim, fn)
+    if c == 0:
+        raise ValueError(
+            f"{fn}: channel_axis must not be the batch axis 0; received channel_axis={channel_axis!r} "
+            f"for x.shape={tuple(x.shape)}. Use 1 for torch's NCHW layout or -1 for NHWC."
+        )
+    return c

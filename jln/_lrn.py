@@ -89,25 +89,15 @@ def local_response_norm(
     Convolutional Neural Networks" (2012), section 3.3.
     """
     fn = "jln.local_response_norm"
-    _checks.check_floating(x, fn)
-    if x.ndim < 3:
-        raise ValueError(
-            f"{fn}: x must have a batch, a channel and at least one spatial axis (rank >= 3, as "
-            f"torch requires); received x.shape={tuple(x.shape)}. For [N, C] input use x[..., None]."
-        )
+    c = _checks.channel_axis(
+        fn, x, channel_axis, min_ndim=3, need="a batch, a channel and at least one spatial axis, as torch requires",
+        fix="For [N, C] input use x[..., None].",
+    )
     if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)):
         raise TypeError(f"{fn}: `size` must be an int (the number of channels in the window); received {size!r}.")
     n = operator.index(size)
     if n < 1:
         raise ValueError(f"{fn}: `size` must be >= 1; received size={size!r}.")
-    if isinstance(channel_axis, (bool, np.bool_)) or not isinstance(channel_axis, (int, np.integer)):
-        raise TypeError(f"{fn}: `channel_axis` must be an int (1 for NCHW, -1 for NHWC); received {channel_axis!r}.")
-    (c,) = _checks.normalize_axes(int(channel_axis), x.ndim, fn)
-    if c == 0:
-        raise ValueError(
-            f"{fn}: channel_axis must not be the batch axis 0; received channel_axis={channel_axis!r} "
-            f"for x.shape={tuple(x.shape)}. Use 1 for torch's layout or -1 for channels-last."
-        )
     spec = LocalResponseNormSpec(
         channel_axis=c, size=n, alpha=_number(alpha, "alpha", fn), beta=_number(beta, "beta", fn),
         k=_number(k, "k", fn), out_dtype=x.dtype,
