@@ -200,7 +200,12 @@ GRAD_CASES = ["SD35AdaLayerNormZeroX", "LuminaRMSNormZero", "MochiRMSNormZero", 
 @pytest.mark.parametrize("case_id", _grid([(i,) for i in GRAD_CASES], lambda i: i == "MochiRMSNormZero"))
 def test_gradients(case_id: str) -> None:
     """d(sum of outputs * cotangents)/d(inputs and parameters) matches torch autograd (float32)."""
-    case = CASE_BY_ID[case_id]
+    assert_grads_match_torch(CASE_BY_ID[case_id])
+
+
+def assert_grads_match_torch(case: Case) -> None:
+    """The converted linen module's gradients, w.r.t. the inputs and (in torch's layout) the
+    parameters, equal torch autograd's for ``case`` in float32."""
     m, args = _build(case, "f32")
     xs = [t.clone().requires_grad_(True) for t in args]
     outs = _tuple(case.call(m, *xs))

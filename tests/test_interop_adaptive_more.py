@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -25,8 +24,17 @@ pytest.importorskip("transformers")
 
 from jln.interop import from_torch, to_torch_state_dict  # noqa: E402
 
-from .test_adaptive_more import MODES, Case, _build, _cls, _grid, _jln_outs, _torch_out  # noqa: E402
-from .test_interop import _jax, _tuple, assert_same, parity  # noqa: E402
+from .test_adaptive_more import (  # noqa: E402
+    MODES,
+    Case,
+    _build,
+    _cls,
+    _grid,
+    _jln_outs,
+    _torch_out,
+    assert_grads_match_torch,
+)
+from .test_interop import _jax, assert_same, parity  # noqa: E402
 
 D, COND = 32, 16
 _DT = "diffusers.models.transformers"
@@ -154,27 +162,7 @@ GRAD_FAST = ("MochiModulatedRMSNorm",)
 @pytest.mark.parametrize("case_id", _grid([(c.id,) for c in CASES], lambda i: i in GRAD_FAST))
 def test_gradients(case_id: str) -> None:
     """d(sum of outputs * cotangents)/d(inputs and parameters) matches torch autograd (float32)."""
-    case = CASE_BY_ID[case_id]
-    m, args = _build(case, "f32")
-    xs = [t.clone().requires_grad_(True) for t in args]
-    outs = _tuple(case.call(m, *xs))
-    g = torch.Generator().manual_seed(7)
-    cots = [torch.randn(o.shape, generator=g) for o in outs]
-    params = dict(m.named_parameters())
-    want = torch.autograd.grad(sum((o * c).sum() for o, c in zip(outs, cots, strict=True)),
-                               xs + list(params.values()))
-    lin, variables = from_torch(m)
-    cj = [_jax(c) for c in cots]
-
-    def loss(p: Any, *a: Any) -> Any:
-        return sum(jnp.sum(o * c) for o, c in zip(_tuple(lin.apply({"params": p}, *a)), cj, strict=True))
-
-    gp, *ga = jax.grad(loss, argnums=tuple(range(len(xs) + 1)))(variables["params"], *[_jax(t) for t in args])
-    for gj, gt in zip(ga, want[: len(xs)], strict=True):
-        np.testing.assert_allclose(np.asarray(gj), gt.numpy(), rtol=2e-4, atol=2e-4)
-    sd = to_torch_state_dict({"params": gp}, lin)  # the parameter gradients in torch's layout
-    for (name, _), gt in zip(params.items(), want[len(xs):], strict=True):
-        np.testing.assert_allclose(sd[name].numpy(), gt.numpy(), rtol=2e-4, atol=2e-4, err_msg=name)
+    assert_grads_match_torch(CASE_BY_ID[case_id])
 
 
 def _bare(cls: type) -> Any:
