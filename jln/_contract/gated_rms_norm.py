@@ -73,8 +73,10 @@ def _as_torch(exact: Array, stable: Array) -> Array:
     """``exact``'s value (torch's kernel formula, bit for bit, the sign of a zero included) with
     ``stable``'s derivative. The custom rules below differentiate the XLA path; the Pallas kernels
     differentiate the body as written (:mod:`jln.kernels._portable` inlines custom rules), where
-    the quotient's own derivative is NaN once ``exp(-z)`` overflows (z < -88)."""
-    return lax.stop_gradient(exact) - (lax.stop_gradient(stable) - stable)
+    the quotient's own derivative is NaN once ``exp(-z)`` overflows (z < -88). An infinite
+    ``stable`` (silu(+inf)) adds nothing: ``inf - inf`` would turn torch's ``inf`` into NaN."""
+    delta = stable - lax.stop_gradient(stable)
+    return lax.stop_gradient(exact) + jnp.where(jnp.isinf(stable), jnp.zeros_like(delta), delta)
 
 
 @jax.custom_jvp
