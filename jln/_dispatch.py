@@ -10,7 +10,7 @@ import jax
 from jln import _checks, _distributed, _stats, kernels
 from jln._contract import NormSpec
 from jln._platform import platform_of
-from jln.kernels import _cpu
+from jln.kernels import _native
 
 
 def choose(fn: str, impl: str, spec: NormSpec, x: Any, operands: tuple[Any, ...] = ()) -> str:
@@ -41,13 +41,13 @@ def choose(fn: str, impl: str, spec: NormSpec, x: Any, operands: tuple[Any, ...]
     if tiny or (all(isinstance(d, int) for d in x.shape) and 0 in x.shape):
         return "xla"  # (an empty x: nothing to compute, whichever impl was asked for)
     if impl == "native":
-        why = _cpu.unsupported_reason(spec, x, operands, backend)
+        why = _native.unsupported_reason(spec, x, operands, backend)
         if why is not None:
             raise ValueError(f"{fn}: impl='native' is not available here: {why}. Use impl='xla' or 'auto'.")
         return "native"
     # several devices: XLA's partitioner shards the XLA path (and nothing is built in vain)
     if impl == "auto" and backend == "cpu" and jax.device_count(backend) == 1:
-        if _cpu.unsupported_reason(spec, x, operands, backend) is None:
+        if _native.unsupported_reason(spec, x, operands, backend) is None:
             return "native"
     reason = kernels.unsupported_reason(spec, x, operands, backend)
     if impl == "pallas":
@@ -85,6 +85,6 @@ def apply(
         if path == "pallas":
             return kernels.run(spec, x, operands, addends)
         if path == "native":
-            return _cpu.run(spec, x, operands, addends)
+            return _native.run(spec, x, operands, addends)
         y = spec.body(x, *operands)
         return y if addends is None else (y, x)

@@ -56,6 +56,10 @@ Array = jax.Array
 _LOG = logging.getLogger("jln")
 _KINDS = {jnp.dtype(jnp.float32): 0, jnp.dtype(jnp.bfloat16): 1, jnp.dtype(jnp.float16): 2}
 _FWD, _FWD_ADD, _BWD = "jln_cpu_norm_fwd", "jln_cpu_norm_add_fwd", "jln_cpu_norm_bwd"
+GATED_FWD, GATED_BWD = "jln_cpu_gated_fwd", "jln_cpu_gated_bwd"  # (jln.kernels._cpu_gated's)
+#: The library's FFI handlers: target name -> exported symbol.
+TARGETS = {_FWD: "JlnNormFwd", _FWD_ADD: "JlnNormAddFwd", _BWD: "JlnNormBwd",
+           GATED_FWD: "JlnGatedFwd", GATED_BWD: "JlnGatedBwd"}
 
 
 # ----------------------------------------------------------------------------- load
@@ -96,9 +100,8 @@ def _load_locked() -> str | None:
     try:
         _register_primitive()
         lib = _cpu_build.load()
-        jax.ffi.register_ffi_target(_FWD, jax.ffi.pycapsule(lib.JlnNormFwd), platform="cpu")
-        jax.ffi.register_ffi_target(_FWD_ADD, jax.ffi.pycapsule(lib.JlnNormAddFwd), platform="cpu")
-        jax.ffi.register_ffi_target(_BWD, jax.ffi.pycapsule(lib.JlnNormBwd), platform="cpu")
+        for name, symbol in TARGETS.items():
+            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
     except _cpu_build.NotBuiltError as e:
         if not _TOLD:
             _TOLD = True

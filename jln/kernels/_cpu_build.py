@@ -1,10 +1,10 @@
 """The native CPU kernels' build: compiled ahead of time by ``jln build``, loaded, never compiled, by a call.
 
-``cpu_norm.cc`` is compiled with the system C++ compiler (``$CXX``, else ``c++``/``g++``/
+``cpu_norm.cc`` and ``cpu_gated.cc`` (:data:`SOURCES`) are compiled with the system C++ compiler (``$CXX``, else ``c++``/``g++``/
 ``clang++``) against the FFI headers of the installed jaxlib, for this CPU (``-march=native``),
 into ``$JLN_CACHE_DIR`` (default ``~/.cache/jln``) as ``jln_cpu_norm-<key>.so`` beside a small
 manifest (``.json``: compiler, flags, jaxlib, build time). The key covers what the machine code
-depends on that can change under an installed jln: the source, :data:`FLAGS`, :data:`PARTS`,
+depends on that can change under an installed jln: the sources, :data:`FLAGS`, :data:`PARTS`,
 the jaxlib version, and the CPU. Not the compiler: a process must find the library without
 one (a container image built with a compiler, run without it), and two compilers build the
 same contract; ``jln build --force`` rebuilds with another one.
@@ -38,13 +38,17 @@ from pathlib import Path
 from typing import Any
 
 SOURCE = Path(__file__).with_name("cpu_norm.cc")
+#: Every file the library is built from: the two kernel sources and the header they share.
+SOURCES = (SOURCE, SOURCE.with_name("cpu_gated.cc"), SOURCE.with_name("cpu_simd.h"))
 # -ffp-contract=off: a * b + c rounds twice, as in the XLA body (no compiler-chosen FMAs)
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-w")
 #: The library's translation units (see JLN_SPLIT in cpu_norm.cc), roughly the longest builds
-#: first: one per (x dtype, y dtype) pair (0 float32, 1 bfloat16, 2 float16), then the
-#: handlers. One core, g++ 12: 4-13 s each, bfloat16 to bfloat16 the longest; 85 s in all
-#: against 83 s for one unit, so 46 s on 2 cores and about 13 s on 9 or more.
-PARTS = (*((f"-DJLN_KX={kx}", f"-DJLN_KY={ky}") for kx in (1, 2, 0) for ky in (1, 2, 0)), ("-DJLN_MAIN",))
+#: first: cpu_norm.cc once per (x dtype, y dtype) pair (0 float32, 1 bfloat16, 2 float16), then
+#: its handlers, then cpu_gated.cc (gated RMSNorm, whole). One core, g++ 12: 4-13 s each,
+#: bfloat16 to bfloat16 the longest; 85 s in all against 83 s for one unit, so 46 s on 2 cores
+#: and about 13 s on 9 or more. Each part: its source's name, then its flags.
+PARTS = (*(("cpu_norm.cc", f"-DJLN_KX={kx}", f"-DJLN_KY={ky}") for kx in (1, 2, 0) for ky in (1, 2, 0)),
+         ("cpu_norm.cc", "-DJLN_MAIN"), ("cpu_gated.cc",))
 #: A cached library no process has loaded for this long is deleted when another one is built
 #: (each source, jaxlib or CPU change builds a new one, about 5 MB).
 PRUNE_AFTER_S = 30 * 24 * 3600
@@ -98,7 +102,8 @@ def _jaxlib_version() -> str:
 def key() -> str:
     """The library's cache key: source, flags, parts, jaxlib version, architecture and CPU
     features (the same in every process of one environment on one machine)."""
-    parts = [SOURCE.read_text(), " ".join(FLAGS), repr(PARTS), _jaxlib_version(), platform.machine(), _cpu_signature()]
+    parts = [*(s.read_text() for s in SOURCES), " ".join(FLAGS), repr(PARTS), _jaxlib_version(), platform.machine(),
+             _cpu_signature()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
@@ -177,19 +182,20 @@ def _compile(cxx: str, include: str, tmpdir: str, workers: int) -> list[str]:
     objs = [os.path.join(tmpdir, f"part{k}.o") for k in range(len(PARTS))]
 
     def one(k: int) -> subprocess.CompletedProcess[str]:
-        cmd = [cxx, *FLAGS, "-DJLN_SPLIT", *PARTS[k], f"-I{include}", "-c", str(SOURCE), "-o", objs[k]]
+        source, *defines = PARTS[k]
+        cmd = [cxx, *FLAGS, "-DJLN_SPLIT", *defines, f"-I{include}", "-c", str(SOURCE.with_name(source)), "-o", objs[k]]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         done = list(pool.map(one, range(len(PARTS))))
     for k, d in enumerate(done):
         if d.returncode != 0:
-            raise RuntimeError(f"compiling {SOURCE.name} ({' '.join(PARTS[k])}) failed: {d.stderr.strip()[-2000:]}")
+            raise RuntimeError(f"compiling {PARTS[k][0]} ({' '.join(PARTS[k][1:])}) failed: {d.stderr.strip()[-2000:]}")
     return objs
 
 
 def build(force: bool = False, jobs: int | None = None) -> Path:
-    """Compile ``cpu_norm.cc`` into :func:`library_path` unless it is built there already, and
+    """Compile :data:`SOURCES` into :func:`library_path` unless it is built there already, and
     return that path. The only function in jln that compiles.
 
     Args:
@@ -253,7 +259,7 @@ def _describe(cxx: str, jobs: int, seconds: float) -> dict[str, Any]:
     return {
         "key": key(), "compiler": cxx, "compiler_version": (version.strip().splitlines() or [""])[0],
         "flags": list(FLAGS), "jaxlib": _jaxlib_version(), "machine": platform.machine(),
-        "source_sha256": hashlib.sha256(SOURCE.read_bytes()).hexdigest(),
+        "source_sha256": hashlib.sha256(b"".join(s.read_bytes() for s in SOURCES)).hexdigest(),
         "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "build_s": round(seconds, 1), "jobs": jobs,
     }
