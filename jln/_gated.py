@@ -118,10 +118,11 @@ def gated_rms_norm(
       convention: one of the names above.
       activation: ``"silu"`` (default) or ``"sigmoid"``.
       impl: ``"auto"``, ``"xla"``, ``"native"`` or ``"pallas"``, as in :func:`jln.layer_norm`.
-        ``"auto"`` runs on XLA. ``"pallas"`` takes a fused kernel (forward and backward) when
-        the gate comes after the norm and the statistics are over whole rows (no
-        ``group_size``); otherwise it raises ``ValueError`` saying why. No native CPU kernel
-        yet (``"native"`` raises).
+        ``"auto"`` takes the native CPU kernels (forward and backward, every option) on a
+        single-device CPU once ``jln build`` has run and the gate has x's dtype, else XLA.
+        ``"pallas"`` takes a fused Pallas kernel (forward and backward; either gate order)
+        when the statistics are over whole rows (no ``group_size``); otherwise it raises
+        ``ValueError`` saying why.
       axis_name: inside ``jax.shard_map``/``jax.pmap``: the mesh axis name(s) across which the
         normalized axis is split. With ``group_size=None`` the mean square is that of the whole
         row (one psum); with groups, each group must lie inside one device's block.

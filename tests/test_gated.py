@@ -132,14 +132,18 @@ def test_gradients_grid(conv, variant, dtype, pdt):
     _backward(_op(conv, gate=gate, **variant), (4, 7, 64), dtype, pdt)
 
 
-@pytest.mark.parametrize("conv", ["qwen3_next", *(pytest.param(c, marks=pytest.mark.slow) for c in ("mamba", "float32"))])
-def test_pallas_kernel_gate_after_the_norm(conv):
-    """impl="pallas" (interpret mode on CPU): the gate after the norm over whole rows, forward
-    and dx, dgate, dscale against torch, as the XLA path (bfloat16 with a float32 weight too)."""
-    op = _op(conv, norm_before_gate=True, impl="pallas")
-    _forward(op, (3, 5, 48), "bfloat16", "float32")
-    errs = _backward(op, (3, 5, 48), "bfloat16")
-    assert all(np.isfinite(e) for e in errs.values())
+@pytest.mark.parametrize("conv", ["qwen3_next", "mamba", pytest.param("float32", marks=pytest.mark.slow)])
+def test_pallas_kernel_either_gate_order(conv):
+    """impl="pallas" (interpret mode on CPU): the gate after the norm or before the statistics
+    (the convention's default order and the other), over whole rows, forward and dx, dgate,
+    dscale against torch, as the XLA path (bfloat16 with a float32 weight too)."""
+    for order in (True, False):
+        op = _op(conv, norm_before_gate=order, impl="pallas")
+        _forward(op, (3, 5, 48), "bfloat16", "float32")
+        errs = _backward(op, (3, 5, 48), "bfloat16")
+        assert all(np.isfinite(e) for e in errs.values())
+        errs = _backward(op, (3, 5, 48), "float32")
+        assert max(errs.values()) < 1e-4, errs
 
 
 @pytest.mark.slow
@@ -148,9 +152,10 @@ def test_pallas_kernel_wide_rows_match_the_xla_path(dtype):
     from jln.kernels import _plan
 
     n = _plan.WIDE_FROM + 96  # column chunks
-    op = _op("float32", norm_before_gate=True, impl="pallas", activation="sigmoid")
-    _forward(op, (3, n), dtype)
-    _backward(op, (3, n), dtype)
+    for order in (True, False):
+        op = _op("float32", norm_before_gate=order, impl="pallas", activation="sigmoid")
+        _forward(op, (3, n), dtype)
+        _backward(op, (3, n), dtype)
 
 
 def test_impl_auto_stays_on_xla_for_the_gated_norm(monkeypatch):
@@ -413,8 +418,6 @@ def test_errors_say_what_was_received_and_the_fix():
         jln.gated_rms_norm(x, x, norm_before_gate="yes")
     with pytest.raises(ValueError, match="scale"):
         jln.gated_rms_norm(x, x, jnp.ones(8))
-    with pytest.raises(ValueError, match="impl='pallas' is not available.*norm_before_gate=True"):
-        jln.gated_rms_norm(x, x, impl="pallas")  # mamba's order: the gated row's statistics
     with pytest.raises(ValueError, match="impl='pallas' is not available.*group_size"):
         jln.gated_rms_norm(x, x, impl="pallas", convention="qwen3_next", group_size=4)
 

@@ -51,6 +51,16 @@ class NormSpec:
         """Everything after the normalized row ``y`` (statistics dtype): affine, rounding."""
         raise NotImplementedError
 
+    def pre(self, x: Array, *operands: Array | None) -> Array:
+        """The row whose statistics are taken, from ``x`` in the statistics dtype: ``x`` itself
+        unless :meth:`has_pre` (gated RMSNorm's gate first: ``x * a(z)``). The kernels run it
+        before their statistics and differentiate it after them."""
+        return x
+
+    def has_pre(self, present: tuple[str, ...]) -> bool:
+        """Whether :meth:`pre` changes ``x`` when the operands named in ``present`` are given."""
+        return False
+
     @property
     def result_dtype(self) -> jnp.dtype:
         raise NotImplementedError

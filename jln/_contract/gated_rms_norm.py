@@ -140,9 +140,7 @@ class GatedRMSNormSpec(NormSpec):
         + eps)`` per row or group, then :meth:`tail`. Reverse mode keeps ``x``, ``z``, the
         weight and the per-row (per-group) rstd; the gated row is recomputed."""
         gate, scale = (*operands, None, None)[:2]
-        v = _stats.upcast(x)
-        if gate is not None and not self.norm_before_gate:
-            v = v * self._gate(gate, v.dtype)
+        v = self.pre(_stats.upcast(x), gate, scale)
         if self.group_size is None:
             h = _stats.normalized(v, self.axes, self.eps, None, self.axis_name, self.axis_index_groups)
         else:
@@ -158,6 +156,16 @@ class GatedRMSNormSpec(NormSpec):
             grouped = v.reshape(shape[:a] + (shape[a] // gs, gs) + shape[a + 1 :])
             h = _stats.normalized(grouped, (a + 1,), self.eps).reshape(shape)
         return self.tail(h, gate, scale)
+
+    def pre(self, x: Array, *operands: Array | None) -> Array:
+        """The gated row ``x * a(f(z))`` when the gate comes first, else ``x``."""
+        gate = operands[0] if operands else None
+        if gate is not None and not self.norm_before_gate:
+            return x * self._gate(gate, x.dtype)
+        return x
+
+    def has_pre(self, present: tuple[str, ...]) -> bool:
+        return "gate" in present and not self.norm_before_gate
 
     def tail(self, h: Array, *operands: Array | None) -> Array:
         """After ``h = v * rstd`` (statistics dtype): the convention's rounding to ``dt``, the

@@ -64,8 +64,8 @@ _TARGETS = {"gpu": "gpu", "tpu": "tpu", "cpu": "interpret"}
 #: The families the kernels implement (their statistics: centred or root-mean-square).
 FAMILIES = ("layer_norm", "rms_norm", "gated_rms_norm")
 #: The families ``impl="auto"`` may send to the kernels (where :func:`native` allows): those
-#: measured on hardware. The gated RMSNorm kernel (the gate after the norm, whole rows) is
-#: tested in interpret mode only, so it runs with ``impl="pallas"`` alone until timed on a GPU.
+#: measured on hardware. The gated RMSNorm kernel (either gate order, whole rows) is tested in
+#: interpret mode only, so it runs with ``impl="pallas"`` alone until timed on a GPU.
 AUTO_FAMILIES = ("layer_norm", "rms_norm")
 
 
@@ -116,9 +116,6 @@ def unsupported_reason(spec: NormSpec, x: Any, operands: tuple[Any, ...], backen
         return _distributed.CROSS_DEVICE_REASON
     if spec.op not in FAMILIES:
         return f"no Pallas kernel for {spec.op!r} yet (it runs on the XLA path)"
-    if spec.op == "gated_rms_norm" and not getattr(spec, "norm_before_gate", True):
-        return ("the gated RMSNorm kernel takes the gate after the norm only (norm_before_gate=True); "
-                "the gated row's statistics (norm_before_gate=False) run on the XLA path")
     if getattr(spec, "group_size", None) is not None:
         return "the gated RMSNorm kernel takes whole-row statistics only; group_size runs on the XLA path"
     axes, ndim = spec.axes, x.ndim

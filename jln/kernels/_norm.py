@@ -83,6 +83,12 @@ class Spec:
         return 2 if self.op == "ln" else 1
 
     @property
+    def pre(self) -> bool:
+        """Whether the family computes a row from ``x`` and its operands before the statistics
+        (:meth:`jln._contract.NormSpec.pre`: gated RMSNorm's gate first)."""
+        return self.family.has_pre(self.names)
+
+    @property
     def n_x(self) -> int:
         """Inputs laid out like ``x``: ``x`` (and the residual, with a fused add)."""
         return 1 if self.add is None else 2
@@ -211,6 +217,15 @@ def _tail(spec: Spec) -> Any:
     return portable(tail)
 
 
+def _pre(spec: Spec) -> Any:
+    """The contract's step before the statistics, taking ``(x, *present_operands)``."""
+
+    def pre(x: Array, *ops: Array) -> Array:
+        return spec.family.pre(x, *_slots(spec, ops))
+
+    return portable(pre)
+
+
 def _seed_denominator(spec: Spec, sum_sq: Array) -> Array:
     return portable(functools.partial(spec.family.seed_denominator, n=spec.plan.n))(sum_sq)  # type: ignore[attr-defined]
 
@@ -248,6 +263,8 @@ def _fwd_kernel(spec: Spec, *refs: Any) -> None:
         y_ref, m_ref, rstd_ref = out_refs
         _store(plan, m_ref, m, rows_ok)
     else:
+        if spec.pre:  # (gated RMSNorm, the gate first: the gated row's statistics)
+            x = _pre(spec)(x, *ops)
         sum_sq = _row_sum(x * x)
         if spec.seed:
             rstd = _seed_denominator(spec, sum_sq)  # the clamped denominator, saved as is
@@ -284,6 +301,9 @@ def _bwd_block(spec: Spec, refs: Any, r0: Any, first_row: Any) -> list[Array | N
     x = _load(plan, x_ref, valid).astype(F32)
     dy = _load(plan, dy_ref, valid)
     ops = _load_operands(spec, op_refs, rows_ok, cols_ok)
+    pre_vjp = None
+    if spec.pre:
+        x, pre_vjp = jax.vjp(_pre(spec), x, *ops)
     seed = spec.op == "rms" and spec.seed
     stats = [_load(plan, r, rows_ok) for r in stat_refs]
     if spec.op == "ln":
@@ -309,6 +329,9 @@ def _bwd_block(spec: Spec, refs: Any, r0: Any, first_row: Any) -> list[Array | N
         dx = jnp.where(denom > spec.eps, g - proj, g) / denom
     else:
         dx = rstd * (g - proj)
+    if pre_vjp is not None:  # through the step before the statistics, to x and its operands
+        dx, *d_pre = pre_vjp(dx)
+        dops = [a + b for a, b in zip(dops, d_pre, strict=True)]
     if spec.add is not None:  # s's cotangent: the norm's, rounded to s's dtype, plus ds
         dx = _round(dx, spec.add[0]) + _load(plan, at(refs[2]), valid).astype(F32)
     _store(plan, dx_ref, dx, valid)
@@ -475,8 +498,11 @@ def _wide_fwd_kernel(spec: Spec, *refs: Any) -> None:
         s_ref, out_refs = out_refs[1], (out_refs[0], *out_refs[2:])
     zero = jnp.zeros((plan.block_rows, 1), F32)
 
-    def read(c0: Any, size: int, cols: Array | None) -> Array:
-        return _wide_input(spec, x_refs, c0, size, _and(rows_ok, cols) if gpu else None)
+    def read(c0: Any, size: int, cols: Array | None) -> tuple[Array, list[Array]]:
+        """The chunk of the row the statistics are taken of, and the operands' chunks."""
+        x = _wide_input(spec, x_refs, c0, size, _and(rows_ok, cols) if gpu else None)
+        ops = _wide_operands(spec, op_refs, c0, size, rows_ok, cols)
+        return (_pre(spec)(x, *ops) if spec.pre else x), ops
 
     m = c = None
     if spec.op == "ln":
@@ -487,7 +513,7 @@ def _wide_fwd_kernel(spec: Spec, *refs: Any) -> None:
     else:
 
         def sq_step(c0: Any, size: int, cols: Array | None, acc: Array) -> Array:
-            x = read(c0, size, cols)
+            x, _ = read(c0, size, cols)
             return acc + _row_sum(x * x)
 
         sum_sq = _over_chunks(plan, sq_step, zero)
@@ -495,7 +521,7 @@ def _wide_fwd_kernel(spec: Spec, *refs: Any) -> None:
         y_ref, rstd_ref = out_refs
 
     def apply_step(c0: Any, size: int, cols: Array | None, carry: Any) -> Any:
-        x = read(c0, size, cols)
+        x, ops = read(c0, size, cols)
         valid = _and(rows_ok, cols)
         if s_ref is not None:  # s is written here, once, in the pass that writes y
             _put(plan, s_ref, c0, size, x, valid)
@@ -503,7 +529,6 @@ def _wide_fwd_kernel(spec: Spec, *refs: Any) -> None:
             h = _zero_outside(cols, (x - m) - c) * rstd
         else:
             h = x / rstd if spec.seed else x * rstd
-        ops = _wide_operands(spec, op_refs, c0, size, rows_ok, cols)
         _put(plan, y_ref, c0, size, _tail(spec)(h, *ops), valid)
         return carry
 
@@ -531,11 +556,15 @@ def _wide_bwd_kernel(spec: Spec, *refs: Any) -> None:
     zero = jnp.zeros((plan.block_rows, 1), F32)
 
     def local(c0: Any, size: int, cols: Array | None) -> tuple[Any, ...]:
-        """This chunk's xhat, the tail's cotangents (g, *d_ops) and the mask of valid values."""
+        """This chunk's xhat, the tail's cotangents (g, *d_ops), the mask of valid values and the
+        pullback of the step before the statistics (``None`` without one)."""
         valid = _and(rows_ok, cols)
         x = _chunk(plan, x_ref, c0, size, valid).astype(F32)
         dy = _chunk(plan, dy_ref, c0, size, valid)
         ops = _wide_operands(spec, op_refs, c0, size, rows_ok, cols)
+        pre_vjp = None
+        if spec.pre:
+            x, pre_vjp = jax.vjp(_pre(spec), x, *ops)
         if c is not None:
             hi, rstd = stats
             xhat = _zero_outside(cols, (x - hi - c) * rstd)
@@ -543,17 +572,17 @@ def _wide_bwd_kernel(spec: Spec, *refs: Any) -> None:
             xhat = x / stats[0] if seed else x * stats[0]
         _, vjp = jax.vjp(_tail(spec), xhat, *ops)
         g, *dops = vjp(dy)
-        return xhat, _zero_outside(cols, g), dops, valid
+        return xhat, _zero_outside(cols, g), dops, valid, pre_vjp
 
     def sums_step(c0: Any, size: int, cols: Array | None, acc: tuple[Array, Array]) -> tuple[Array, Array]:
-        xhat, g, _, _ = local(c0, size, cols)
+        xhat, g, _, _, _ = local(c0, size, cols)
         return acc[0] + _row_sum(g), acc[1] + _row_sum(g * xhat)
 
     sum_g, sum_gx = _over_chunks(plan, sums_step, (zero, zero))
     mean_g, mean_gx = sum_g / plan.n, sum_gx / plan.n
 
     def dx_step(c0: Any, size: int, cols: Array | None, carry: Any) -> Any:
-        xhat, g, dops, valid = local(c0, size, cols)
+        xhat, g, dops, valid, pre_vjp = local(c0, size, cols)
         proj = xhat * mean_gx
         if c is not None:
             dx = stats[1] * (g - mean_g - proj)
@@ -562,6 +591,9 @@ def _wide_bwd_kernel(spec: Spec, *refs: Any) -> None:
             dx = jnp.where(denom > spec.eps, g - proj, g) / denom
         else:
             dx = stats[0] * (g - proj)
+        if pre_vjp is not None:
+            dx, *d_pre = pre_vjp(dx)
+            dops = [a + b for a, b in zip(dops, d_pre, strict=True)]
         if spec.add is not None:
             dx = _round(dx, spec.add[0]) + _chunk(plan, refs[2], c0, size, valid).astype(F32)
         _put(plan, dx_ref, c0, size, dx, valid)
