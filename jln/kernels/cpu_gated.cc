@@ -22,8 +22,9 @@
 //   [weight] c = round(c, round_y), dw += c * h1, c = c * w; c = round(c, round_h);
 //   dv = rstd * (c - h * mean_group(h * c));
 //   [gate first] dx = dv * a(z), dz = (dv * x) * a'(z); else dx = dv.
-//   a'(z) = s * (1 + z * (1 - s)) (silu) or s * (1 - s) (sigmoid), s = 1 / (1 + exp(-|z|)) for
-//   z >= 0 and exp(-|z|) / (1 + exp(-|z|)) below: finite at every z, as the XLA path's rule.
+//   a'(z) = s * (1 + z * (1 - s)) (silu) or s * (1 - s) (sigmoid), s = 1 / (1 + exp(-z)):
+//   finite at every z, as the XLA path's rule (which takes s from exp(-|z|), so the two may
+//   differ in s's last bit for z < 0, and below z = -88.7 where this s is 0 and XLA's < 2^-128).
 // The weight's gradient accumulates in float64 per worker and is returned as float32.
 
 #include "cpu_simd.h"
@@ -66,12 +67,12 @@ inline vf act(vf z, int a) {
   return a == kSilu ? z / d : 1.0f / d;
 }
 
-// a(z) and a'(z) (the stable sigmoid's derivative: see the contract)
+// a(z) and a'(z), from one exp: s = 1 / (1 + exp(-z)) is the sigmoid's value at every z (it
+// is 0 only where exp(-z) overflows, z < -88.7, where the sigmoid is below 2^-128)
 inline void act_grad(vf z, int a, vf* value, vf* slope) {
-  *value = act(z, a);
-  const vf e = vexp(-(z < 0 ? -z : z));
-  const vf one = vf{} + 1.0f;
-  const vf s = z >= 0 ? one / (1.0f + e) : e / (1.0f + e);
+  const vf d = 1.0f + vexp(-z);
+  const vf s = 1.0f / d;
+  *value = a == kSilu ? z / d : s;
   *slope = a == kSilu ? s * (1.0f + z * (1.0f - s)) : s * (1.0f - s);
 }
 
@@ -122,9 +123,14 @@ void fwd_rows(const Config& c, const void* x, const void* z, const float* W, voi
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t o = r * n;
     const float* w = c.has_w ? W + c.wgroup(r) * n : nullptr;
+    // the row's first sweep hints the next row of x and z into cache, its output sweep the
+    // next row of y for writing (as cpu_norm.cc's forwards: the hardware prefetcher alone
+    // leaves memory idle during a row's arithmetic)
     if (c.gate_first) {
       for (int64_t j = 0; j < n; j += V) {
         const int64_t m = std::min<int64_t>(V, n - j);
+        prefetch<KX, false>(x, o + n + j);
+        prefetch<KX, false>(z, o + n + j);
         const vf gv = vload_part<KX>(x, o + j, m) * act(vload_part<KX>(z, o + j, m), c.act);
         vstore_part<kF32>(v, j, m, gv);
       }
@@ -133,6 +139,10 @@ void fwd_rows(const Config& c, const void* x, const void* z, const float* W, voi
       const int64_t j0 = g * gs, j1 = j0 + gs;
       auto row = [&](int64_t j, int64_t m) { return c.gate_first ? vload_part<kF32>(v, j, m) : vload_part<KX>(x, o + j, m); };
       const float ss = group_sum(j0, j1, [&](int64_t j, int64_t m) {
+        if (!c.gate_first) {
+          prefetch<KX, false>(x, o + n + j);
+          prefetch<KX, false>(z, o + n + j);
+        }
         const vf e = row(j, m);
         return e * e;
       });
@@ -140,6 +150,7 @@ void fwd_rows(const Config& c, const void* x, const void* z, const float* W, voi
       rstd[r * G + g] = rs;
       for (int64_t j = j0; j < j1; j += V) {
         const int64_t m = std::min<int64_t>(V, j1 - j);
+        prefetch<KY, true>(y, o + n + j);
         vf h = vround(row(j, m) * rs, c.round_h);
         if (w) h = vround(h * vload_part<kF32>(w, j, m), c.round_y);
         if (c.gate_after) h = h * act(vload_part<KX>(z, o + j, m), c.act);
@@ -179,6 +190,9 @@ void bwd_rows(const Config& c, const void* ct, const void* x, const void* z, con
       const float rs = rstd[r * G + g];
       // the cotangent of h, and h, into gb and hb; the gate's value and slope into ab and sb
       const float shg = group_sum(j0, j1, [&](int64_t j, int64_t m) {
+        prefetch<KX, false>(x, o + n + j);
+        prefetch<KX, false>(z, o + n + j);
+        prefetch<KY, false>(ct, o + n + j);
         vf a = {}, s = {};
         if (gated) {
           act_grad(vload_part<KX>(z, o + j, m), c.act, &a, &s);
@@ -208,6 +222,8 @@ void bwd_rows(const Config& c, const void* ct, const void* x, const void* z, con
       const float mhg = shg / float(gs);
       for (int64_t j = j0; j < j1; j += V) {
         const int64_t m = std::min<int64_t>(V, j1 - j);
+        prefetch<KX, true>(dx, o + n + j);
+        if (gated) prefetch<KX, true>(dz, o + n + j);
         const vf dv = rs * (vload_part<kF32>(gb, j, m) - vload_part<kF32>(hb, j, m) * mhg);
         if (c.gate_first) {
           vstore_part<KX>(dx, o + j, m, dv * vload_part<kF32>(ab, j, m));

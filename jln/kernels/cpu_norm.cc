@@ -121,16 +121,9 @@ struct Src {
   void* s;
 };
 
-// Hints element `at` of an array of dtype K into the L2 cache, for reading (W = false) or
-// writing (W = true: the line is fetched for ownership ahead of the store). Prefetches never
-// fault, so hinting past the end of an array is harmless. These three are inlined by force:
-// called from a lambda that is itself forced inline, GCC 12 deleted the calls (the pipeline's
-// sweeps lost every prefetch, 946 -> 230 in one part of the library).
-template <int K, bool W>
-JLN_INLINE inline void prefetch(const void* p, int64_t at) {
-  __builtin_prefetch(static_cast<const char*>(p) + at * (K == kF32 ? 4 : 2), W ? 1 : 0, 2);
-}
-
+// (prefetch<K, W>, which hints an element into the L2 cache, is cpu_simd.h's.) The two below are
+// inlined by force: called from a lambda that is itself forced inline, GCC 12 deleted the calls
+// (the pipeline's sweeps lost every prefetch, 946 -> 230 in one part of the library).
 // A forward spreads its memory traffic over a row's passes (call these once per 16 elements,
 // at the offset one row ahead): the first pass hints the next row of its sources (x, and the
 // residual), the output sweep the next row of its destinations (y, and s with the residual

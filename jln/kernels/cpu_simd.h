@@ -334,6 +334,15 @@ inline float vsumsq(int64_t n, F f, T tail) {
   return hsum((a0 + a1) + (a2 + a3)) + t;
 }
 
+// Hints element `at` of an array of dtype K into the L2 cache, for reading (W = false) or
+// writing (W = true: the line is fetched for ownership ahead of the store). Prefetches never
+// fault, so hinting past the end of an array is harmless. Inlined by force (see cpu_norm.cc's
+// prefetch_src: GCC 12 deleted calls from forced-inline lambdas).
+template <int K, bool W>
+JLN_INLINE inline void prefetch(const void* p, int64_t at) {
+  __builtin_prefetch(static_cast<const char*>(p) + at * (K == kF32 ? 4 : 2), W ? 1 : 0, 2);
+}
+
 // Runs body(r0, r1, slot) over row chunks on XLA's intra-op thread pool (the caller works
 // too, so it finishes even when no pool thread is free). `slot` is a worker index < workers.
 template <typename Body>
