@@ -172,6 +172,33 @@ def group_norm(x: Tensor, scale: Tensor | None = None, bias: Tensor | None = Non
     torch = _torch()
     xt = x.movedim(channel_axis, 1)
     return torch.nn.functional.group_norm(xt, num_groups, scale, bias, eps).movedim(1, channel_axis)
+def instance_norm(x: Tensor, scale: Tensor | None = None, bias: Tensor | None = None, *, eps: float = 1e-5,
+                  training: bool = True, channel_axis: int = 1) -> Tensor:
+    """``torch.nn.functional.instance_norm`` on each sample's statistics (no running
+    statistics), the channels at ``channel_axis``."""
+    torch = _torch()
+    assert training, "the reference takes each sample's statistics"
+    xt = x.movedim(channel_axis, 1)
+    return torch.nn.functional.instance_norm(xt, None, None, scale, bias, True, 0.1, eps).movedim(1, channel_axis)
+
+
+def frozen_batch_norm(x: Tensor, running_mean: Tensor, running_var: Tensor, scale: Tensor, bias: Tensor, *,
+                      eps: float = 1e-5, channel_axis: int = 1) -> Tensor:
+    """transformers' ``DetrFrozenBatchNorm2d.forward``, op by op, the channels at ``channel_axis``."""
+    shape = [1] * x.dim()
+    shape[channel_axis] = -1
+    s = scale.reshape(shape) * (running_var.reshape(shape) + eps).rsqrt()
+    return x * s + (bias.reshape(shape) - running_mean.reshape(shape) * s)
+
+
+def local_response_norm(x: Tensor, size: int, *, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0,
+                        channel_axis: int = 1) -> Tensor:
+    """``torch.nn.functional.local_response_norm``, the channels at ``channel_axis``."""
+    torch = _torch()
+    xt = x.movedim(channel_axis, 1)
+    return torch.nn.functional.local_response_norm(xt, size, alpha, beta, k).movedim(1, channel_axis)
+
+
 def lp_normalize(x: Tensor, *, p: float = 2.0, axis: Any = -1, eps: float = 1e-12) -> Tensor:
     """``torch.nn.functional.normalize`` (diffusers ``LpNorm``)."""
     torch = _torch()

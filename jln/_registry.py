@@ -7,6 +7,7 @@ call its torch reference (``jln._reference``) on the same values.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,9 +16,6 @@ import numpy as np
 
 import jln
 from jln import _reference
-
-#: families computed with batch statistics (no kernels: impl "auto"/"xla" only)
-BATCH_STATS = ("batch_norm", "group_norm")
 
 #: dtypes swept by default
 DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -31,8 +29,9 @@ class Op:
       name: unique name, e.g. ``"rms_norm[llama]"``.
       family: the public function, e.g. ``"rms_norm"``.
       params: per-feature parameter names among ``("scale", "bias")``.
-      extra: extra array inputs: ``"residual"`` (x-shaped), ``"shift"``/``"scale_c"``
-        (per-example ``[B, D]``), ``"emb"`` (per-example ``[B, k*D]``).
+      extra: extra array inputs: ``"residual"`` and ``"gate"`` (x-shaped), ``"shift"``/``"scale_c"``
+        (per-example ``[B, D]``), ``"emb"`` (per-example ``[B, k*D]``), ``"running_mean"`` and
+        ``"running_var"`` (per-feature fixed statistics).
       options: keyword options passed to jln (``convention``, ``order``, ``eps``...).
       exact: the bfloat16 bit-exact rule applies (named conventions).
       multi_axis: the op accepts several normalized axes.
@@ -48,6 +47,11 @@ class Op:
     multi_axis: bool = True
     scale_center: float = 1.0
     chunks: int = 0
+
+    @property
+    def min_rank(self) -> int:
+        """The smallest rank of ``x`` the op takes (sweeps skip smaller shapes)."""
+        return FAMILIES[self.family].min_rank
 
     # -- inputs ---------------------------------------------------------------------------
     def make_inputs(self, shape: tuple[int, ...], k: int, dtype: str, param_dtype: str | None = None, seed: int = 0) -> dict[str, np.ndarray]:
@@ -71,6 +75,9 @@ class Op:
                 out[name] = _cast(0.3 * rng.standard_normal(cond_shape), dtype)
         if "gate" in self.extra:
             out["gate"] = _cast(rng.standard_normal(shape), dtype)
+        if "running_mean" in self.extra:  # fixed statistics in the parameters' dtype (frozen BatchNorm)
+            out["running_mean"] = _cast(0.3 * rng.standard_normal(feat), pdt)
+            out["running_var"] = _cast(0.5 + rng.random(feat), pdt)
         if "emb" in self.extra:
             out["emb"] = _cast(0.3 * rng.standard_normal(cond_shape[:-1] + (self.chunks * shape[-1],)), dtype)
         return out
@@ -91,11 +98,12 @@ class Op:
             x = x + inputs["residual"].astype(np.float64)
         if x.size == 0:
             return 0.0
-        axes = tuple(range(x.ndim - k, x.ndim))
-        if self.family in BATCH_STATS:  # statistics over the rows (BatchNorm) or each sample's row
-            axes = tuple(range(x.ndim - 1)) if self.family == "batch_norm" else tuple(range(1, x.ndim))
-        centered = self.family in ("layer_norm", "add_layer_norm", "adaptive_layer_norm", *BATCH_STATS)
-        spread = x.var(axis=axes) if centered else (x * x).mean(axis=axes)
+        fam = FAMILIES[self.family]
+        axes, centered = fam.stat_axes(x.ndim, k), fam.centered
+        if "running_var" in inputs:  # fixed statistics (frozen BatchNorm): the buffers' spread
+            spread = np.min(inputs["running_var"].astype(np.float64))
+        else:
+            spread = x.var(axis=axes) if centered else (x * x).mean(axis=axes)
         eps = self.options.get("eps") or (1e-5 if centered else 1e-7)
         rstd = float(np.max(1.0 / np.sqrt(spread + eps)))
         w = float(np.max(np.abs(inputs["scale"].astype(np.float64)))) if "scale" in inputs else 1.0
@@ -103,57 +111,129 @@ class Op:
         return 8 * float(jnp.finfo(dtype).eps) * rstd * (1.0 + w) * ct_max
 
     # -- calls ----------------------------------------------------------------------------
+    @property
+    def takes_impl(self) -> bool:
+        """Whether the op's function takes ``impl=`` (every family with kernels or an XLA path
+        to choose; not modulation, nor the norms computed one way only)."""
+        return FAMILIES[self.family].impl
+
     def call_jln(self, inputs: dict[str, Any], k: int = 1, **overrides: Any) -> tuple[Any, ...]:
-        """Run jln on arrays (``jax.Array`` or NumPy); always returns a tuple of outputs."""
+        """Run jln on arrays (``jax.Array`` or NumPy); always returns a tuple of outputs.
+        An ``impl`` override is dropped for an op that takes none (:attr:`takes_impl`)."""
         a = {n: jnp.asarray(v) for n, v in inputs.items()}
         opts = {**self.options, **overrides}
-        if self.family == "modulate":
-            return (jln.modulate(a["x"], a["shift"], a["scale_c"], **opts),)
-        params = [a.get(p) for p in self.params]
-        if self.family == "batch_norm":  # batch statistics; the channels last (one per column)
-            return (jln.batch_norm(a["x"], None, None, *params, **opts)[0],)
-        if self.family == "group_norm":
-            return (jln.group_norm(a["x"], opts.pop("num_groups"), *params, **opts),)
-        opts["axis"] = -1 if k == 1 else tuple(range(-k, 0))
-        if self.family == "layer_norm":
-            return (jln.layer_norm(a["x"], *params, **opts),)
-        if self.family == "rms_norm":
-            return (jln.rms_norm(a["x"], *params[:1], bias=a.get("bias"), **opts),)
-        if self.family == "add_layer_norm":
-            return tuple(jln.add_layer_norm(a["x"], a["residual"], *params, **opts))
-        if self.family == "add_rms_norm":
-            return tuple(jln.add_rms_norm(a["x"], a["residual"], *params, **opts))
-        if self.family == "adaptive_layer_norm":
-            return (jln.adaptive_layer_norm(a["x"], a["emb"], *params, **opts)[0],)
-        if self.family == "gated_rms_norm":
-            return (jln.gated_rms_norm(a["x"], a.get("gate"), *params, **opts),)
-        raise AssertionError(self.family)
+        if not self.takes_impl:
+            opts.pop("impl", None)
+        return FAMILIES[self.family].jln(a, [a.get(p) for p in self.params], opts, k)
 
     def call_torch(self, tensors: dict[str, Any], k: int = 1) -> tuple[Any, ...]:
         """Run the torch reference on tensors; always returns a tuple of outputs."""
-        t = tensors
         o = dict(self.options)
         o.pop("impl", None)
-        params = [t.get(p) for p in self.params]
-        if self.family == "modulate":
-            return (_reference.modulate(t["x"], t["shift"], t["scale_c"], **o),)
-        if self.family == "layer_norm":
-            return (_reference.layer_norm(t["x"], *params, k=k, **o),)
-        if self.family == "rms_norm":
-            return (_reference.rms_norm(t["x"], *params[:1], bias=t.get("bias"), k=k, **o),)
-        if self.family in ("add_layer_norm", "add_rms_norm"):
-            norm = self.family[4:]
-            return _reference.add_norm(t["x"], t["residual"], *params, norm=norm, k=k, **o)
-        if self.family == "batch_norm":
-            return (_reference.batch_norm(t["x"], *params, **o),)
-        if self.family == "group_norm":
-            return (_reference.group_norm(t["x"], *params, **o),)
-        if self.family == "adaptive_layer_norm":
-            order = jln.ORDERS[o.pop("order")]
-            return (_reference.adaptive_layer_norm(t["x"], t["emb"], *params, order=order, **o),)
-        if self.family == "gated_rms_norm":
-            return (_reference.gated_rms_norm(t["x"], t.get("gate"), *params, k=k, **o),)
-        raise AssertionError(self.family)
+        return FAMILIES[self.family].torch(tensors, [tensors.get(p) for p in self.params], o, k)
+
+
+@dataclass(frozen=True)
+class Family:
+    """How the registry calls one public function and its torch reference.
+
+    ``jln(arrays, params, options, k)`` and ``torch(tensors, params, options, k)`` return a
+    tuple of outputs (``params``: the op's parameter arrays in order, ``None`` where absent;
+    ``k``: the number of trailing normalized axes). ``stat_axes(ndim, k)`` are the axes the
+    statistics run over (the backward's error floor, :meth:`Op.grad_atol`), ``centered``
+    whether they are about the mean. ``impl``: the function takes ``impl=``. ``min_rank``: the
+    rank below which the function refuses ``x`` (as torch does), so sweeps skip those shapes.
+    A new family is one entry of :data:`FAMILIES` and its ops in :data:`OPS`.
+    """
+
+    jln: Callable[[dict[str, Any], list[Any], dict[str, Any], int], tuple[Any, ...]]
+    torch: Callable[[dict[str, Any], list[Any], dict[str, Any], int], tuple[Any, ...]]
+    centered: bool = False
+    stat_axes: Callable[[int, int], tuple[int, ...]] = lambda ndim, k: tuple(range(ndim - k, ndim))
+    impl: bool = True
+    min_rank: int = 1
+
+
+def _axis(k: int) -> Any:
+    return -1 if k == 1 else tuple(range(-k, 0))
+
+
+def _but_last(ndim: int, k: int) -> tuple[int, ...]:  # BatchNorm, channels last
+    return tuple(range(ndim - 1))
+
+
+def _but_first(ndim: int, k: int) -> tuple[int, ...]:  # GroupNorm: each sample's row
+    return tuple(range(1, ndim))
+
+
+def _spatial(ndim: int, k: int) -> tuple[int, ...]:  # InstanceNorm, GRN: between batch and channels
+    return tuple(range(1, ndim - 1))
+
+
+def _adaptive_torch(t: dict[str, Any], p: list[Any], o: dict[str, Any], k: int) -> tuple[Any, ...]:
+    order = jln.ORDERS[o.pop("order")]
+    return (_reference.adaptive_layer_norm(t["x"], t["emb"], *p, order=order, **o),)
+
+
+def _adaptive_rms_torch(t: dict[str, Any], p: list[Any], o: dict[str, Any], k: int) -> tuple[Any, ...]:
+    order = jln.ORDERS[o.pop("order")]
+    return (_reference.adaptive_rms_norm(t["x"], t["emb"], *p, order=order, **o),)
+
+
+#: family (the public function's name) -> how to call it and its reference
+FAMILIES: dict[str, Family] = {
+    "layer_norm": Family(
+        lambda a, p, o, k: (jln.layer_norm(a["x"], *p, axis=_axis(k), **o),),
+        lambda t, p, o, k: (_reference.layer_norm(t["x"], *p, k=k, **o),), centered=True),
+    "rms_norm": Family(
+        lambda a, p, o, k: (jln.rms_norm(a["x"], p[0], bias=a.get("bias"), axis=_axis(k), **o),),
+        lambda t, p, o, k: (_reference.rms_norm(t["x"], p[0], bias=t.get("bias"), k=k, **o),)),
+    "add_layer_norm": Family(
+        lambda a, p, o, k: tuple(jln.add_layer_norm(a["x"], a["residual"], *p, axis=_axis(k), **o)),
+        lambda t, p, o, k: _reference.add_norm(t["x"], t["residual"], *p, norm="layer_norm", k=k, **o), centered=True),
+    "add_rms_norm": Family(
+        lambda a, p, o, k: tuple(jln.add_rms_norm(a["x"], a["residual"], *p, axis=_axis(k), **o)),
+        lambda t, p, o, k: _reference.add_norm(t["x"], t["residual"], *p, norm="rms_norm", k=k, **o)),
+    "modulate": Family(
+        lambda a, p, o, k: (jln.modulate(a["x"], a["shift"], a["scale_c"], **o),),
+        lambda t, p, o, k: (_reference.modulate(t["x"], t["shift"], t["scale_c"], **o),), impl=False),
+    "adaptive_layer_norm": Family(
+        lambda a, p, o, k: (jln.adaptive_layer_norm(a["x"], a["emb"], *p, axis=_axis(k), **o)[0],),
+        _adaptive_torch, centered=True),
+    "adaptive_rms_norm": Family(
+        lambda a, p, o, k: (jln.adaptive_rms_norm(a["x"], a["emb"], *p, **o)[0],), _adaptive_rms_torch),
+    "gated_rms_norm": Family(
+        lambda a, p, o, k: (jln.gated_rms_norm(a["x"], a.get("gate"), *p, axis=_axis(k), **o),),
+        lambda t, p, o, k: (_reference.gated_rms_norm(t["x"], t.get("gate"), *p, k=k, **o),)),
+    # batch statistics, the channels last: x [rows, D] is a batch of rows with D channels
+    "batch_norm": Family(
+        lambda a, p, o, k: (jln.batch_norm(a["x"], None, None, *p, **o)[0],),
+        lambda t, p, o, k: (_reference.batch_norm(t["x"], *p, **o),), centered=True, stat_axes=_but_last),
+    "group_norm": Family(
+        lambda a, p, o, k: (jln.group_norm(a["x"], o.pop("num_groups"), *p, **o),),
+        lambda t, p, o, k: (_reference.group_norm(t["x"], *p, **o),), centered=True, stat_axes=_but_first),
+    "instance_norm": Family(
+        lambda a, p, o, k: (jln.instance_norm(a["x"], None, None, *p, **o)[0],),
+        lambda t, p, o, k: (_reference.instance_norm(t["x"], *p, **o),), centered=True, stat_axes=_spatial,
+        min_rank=3),
+    "frozen_batch_norm": Family(
+        lambda a, p, o, k: (jln.frozen_batch_norm(a["x"], a["running_mean"], a["running_var"], *p, **o),),
+        lambda t, p, o, k: (_reference.frozen_batch_norm(t["x"], t["running_mean"], t["running_var"], *p, **o),),
+        stat_axes=lambda ndim, k: (), impl=False, min_rank=2),
+    "local_response_norm": Family(
+        lambda a, p, o, k: (jln.local_response_norm(a["x"], **o),),
+        lambda t, p, o, k: (_reference.local_response_norm(t["x"], **o),), stat_axes=lambda ndim, k: (ndim - 1,),
+        impl=False, min_rank=3),
+    "lp_normalize": Family(
+        lambda a, p, o, k: (jln.lp_normalize(a["x"], axis=_axis(k), **o),),
+        lambda t, p, o, k: (_reference.lp_normalize(t["x"], axis=_axis(k), **o),), impl=False),
+    "global_response_norm": Family(
+        lambda a, p, o, k: (jln.global_response_norm(a["x"], *p, spatial_axes=_spatial(a["x"].ndim, k), **o),),
+        lambda t, p, o, k: (_reference.global_response_norm(t["x"], *p, spatial_axes=_spatial(t["x"].dim(), k), **o),),
+        stat_axes=_spatial, impl=False, min_rank=3),
+}
+#: families computed with batch statistics (no kernels: impl "auto"/"xla" only)
+BATCH_STATS = ("batch_norm", "group_norm", "instance_norm")
 
 
 def _cast(a: np.ndarray, dtype: str) -> np.ndarray:
@@ -197,6 +277,19 @@ OPS: tuple[Op, ...] = (
     _rms("eager", eps=1e-5),
     _rms("round_rstd", eps=1e-6),
     _rms("input_scaled", eps=1e-6),
+    Op("adaptive_rms_norm[lumina_zero]", "adaptive_rms_norm", params=("scale",), extra=("emb",),
+       options={"order": "lumina_zero", "eps": 1e-6}, multi_axis=False, chunks=4, exact=True),
+    # the channels last; a batch, at least one spatial axis, then the channels
+    # (the general rule, as batch_norm: torch's float32 sums over a few elements tie differently)
+    Op("instance_norm", "instance_norm", options={"training": True, "channel_axis": -1}, multi_axis=False),
+    # (not bit-exact in half precision: torch's CPU rsqrt of a half tensor rounds sqrt first in the
+    # elements past its last full vector, so torch's own result depends on the channel's position)
+    Op("frozen_batch_norm", "frozen_batch_norm", extra=("running_mean", "running_var"),
+       options={"channel_axis": -1}, multi_axis=False),
+    Op("local_response_norm", "local_response_norm", params=(), options={"size": 3, "alpha": 0.1, "channel_axis": -1},
+       multi_axis=False, exact=True),
+    Op("lp_normalize", "lp_normalize", params=(), exact=True),
+    Op("global_response_norm", "global_response_norm", multi_axis=False, exact=True),
 )
 
 BY_NAME: dict[str, Op] = {op.name: op for op in OPS}

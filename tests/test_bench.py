@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jln import _registry
 from jln.cli import bench as cli
 from jln.cli import main as jln_main
 from jln.cli._bench import harness as _bench
@@ -640,10 +641,13 @@ def test_every_op_runs_in_jln_and_its_baselines_agree(op: str) -> None:
     # each op's jln function and every baseline that provides it compute the same thing on
     # the harness's inputs (float32, tight tolerance): the bench compares like with like
     torch = pytest.importorskip("torch")
-    data = _bench.make_data(16, 64, jnp.float32, 1)
+    # (64 rows: the batched ops' statistics then span 8 rows, where flax's one-pass variance
+    # (InstanceNorm) stays within the tolerance; over 2 rows it cancels catastrophically)
+    data = _bench.make_data(64, 64, jnp.float32, 1)
     p, _ = _bench.op_inputs(op, data, 0)
     with _bench.standard_promotion():
-        ref = [np.asarray(o) for o in _bench_impls.jax_op("jln-xla" if op != "modulate" else "jln", op)(p)]
+        one_path = not _registry.BY_NAME[op].takes_impl
+        ref = [np.asarray(o) for o in _bench_impls.jax_op("jln" if one_path else "jln-xla", op)(p)]
         others = []
         for impl in ("flax", "jnp"):
             try:

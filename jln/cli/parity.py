@@ -129,9 +129,8 @@ def _both_refuse(op: _registry.Op, inputs: dict[str, Any], k: int, overrides: di
     return False
 
 
-#: Families whose registry entries the kernels do not all take (the gated RMSNorm kernel: the
-#: gate after the norm only); tests/test_gated.py checks its Pallas path.
-NO_KERNEL = ("gated_rms_norm",)
+#: Families without a Pallas kernel: ``--full`` adds no ``impl="pallas"`` case for them.
+NO_KERNEL = (*_registry.BATCH_STATS, "adaptive_rms_norm")
 
 
 def _op_cases(
@@ -143,7 +142,7 @@ def _op_cases(
     cases = []
     for op in ops:
         # modulate (shift/scale alone) has one path, no impl= to choose
-        only = {} if impl is None or op.family == "modulate" else {"impl": impl}
+        only = {} if impl is None or not op.takes_impl else {"impl": impl}
         tag = f"impl={impl}" if only else ""
         for dtype in dtypes:
             for shape, k in shapes:
@@ -160,7 +159,7 @@ def _op_cases(
                 if dtype in ("bfloat16", "float16") and op.params:
                     cases.append(_op_case(op, dtype, shape, k, f"param float32 {tag}".strip(),
                                           param_dtype="float32", **only))
-                if op.family != "modulate" and impl is None:
+                if op.takes_impl and impl is None:
                     # the default impl="auto" takes the native kernels on CPU: check XLA too
                     cases.append(_op_case(op, dtype, shape, k, "impl=xla", impl="xla"))
                     if op.family not in NO_KERNEL:
@@ -170,6 +169,8 @@ def _op_cases(
 
 def _not_comparable(op: _registry.Op, shape: Shape) -> str:
     """Why torch's numbers are no reference for ``op`` on ``shape`` ("" where they are)."""
+    if len(shape) < op.min_rank:
+        return f"{op.family} takes x of rank >= {op.min_rank} (as torch); this shape has rank {len(shape)}"
     if op.family == "group_norm" and math.prod(shape[1:-1]) == 0 and shape[0] and shape[-1]:
         # channels last: the groups hold no element
         return ("empty groups: torch's weight gradient is NaN there, where the gradient of a sum over no "

@@ -378,6 +378,9 @@ def make_data(rows: int, width: int, dtype: Any, n_buffers: int, seed: int = 0) 
         "emb": (0.1 * jax.random.normal(kp[2], (batch, impls.MAX_CHUNKS * width), jnp.float32)).astype(dtype),
         "shift": (0.1 * jax.random.normal(kp[3], (batch, width), jnp.float32)).astype(dtype),
         "scale_c": (0.1 * jax.random.normal(kp[4], (batch, width), jnp.float32)).astype(dtype),
+        # fixed statistics (frozen BatchNorm): a mean near 0, a variance near 1
+        "running_mean": (0.1 * jax.random.normal(kp[3], (width,), jnp.float32)).astype(dtype),
+        "running_var": (1 + 0.1 * jax.random.normal(kp[4], (width,), jnp.float32) ** 2).astype(dtype),
     }
     jax.block_until_ready(data)
     return data
@@ -390,7 +393,7 @@ def op_inputs(op: str, data: dict[str, Any], i: int) -> tuple[dict[str, Any], tu
     for name in impls.array_names(op):
         # a gated norm's gate: another x-shaped random array (the residual buffer)
         p[name] = s["residual"] if name == "gate" else s[name] if name in s else data[name]
-    if impls.family(op) in ("adaptive_layer_norm", "modulate"):  # per-example conditions
+    if impls.batched(op):  # per-example conditions, or a batch and a spatial axis
         rows, width = s["x"].shape
         b = impls.adaptive_batch(rows)
         p["x"] = s["x"].reshape(b, rows // b, width)

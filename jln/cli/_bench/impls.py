@@ -44,6 +44,19 @@ FUSED_ADD = ("add_layer_norm", "add_rms_norm")
 MAX_CHUNKS = 6
 
 
+#: Registry families flax.linen has no layer for (``flax`` and ``jnp`` skip them, saying so).
+_NO_FLAX = ("modulate", "adaptive_rms_norm", "frozen_batch_norm", "local_response_norm", "lp_normalize",
+            "global_response_norm")
+
+
+def batched(op: str) -> bool:
+    """Whether ``op`` takes its rows as ``[batch, rows / batch, width]``: per-example conditions
+    (adaptive norms, modulation), or a norm that needs a batch and a spatial axis (InstanceNorm,
+    LocalResponseNorm, GlobalResponseNorm)."""
+    o = _op(op)
+    return o.family in ("adaptive_layer_norm", "adaptive_rms_norm", "modulate") or o.min_rank >= 3
+
+
 def family(op: str) -> str:
     """The family of ``op`` (a registry name, or a family name itself)."""
     return FAMILIES.get(op, op.partition("[")[0])
@@ -86,7 +99,7 @@ def array_names(op: str) -> tuple[str, ...]:
     """Names of the (differentiable) inputs ``op`` takes, besides the cotangents."""
     o = _op(op)
     return ("x", *(["residual"] if "residual" in o.extra else []), *(["gate"] if "gate" in o.extra else []), *o.params,
-            *(n for n in ("emb", "shift", "scale_c") if n in o.extra))
+            *(n for n in ("emb", "shift", "scale_c", "running_mean", "running_var") if n in o.extra))
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,9 +109,9 @@ def array_names(op: str) -> tuple[str, ...]:
 
 def _jln(op: str, impl: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
     o = _op(op)
-    if o.family == "modulate":
+    if not o.takes_impl:
         if impl != "auto":
-            raise Skip("jln.modulate has one path (no impl= to choose); `jln` times it")
+            raise Skip(f"jln.{o.family} has one path (no impl= to choose); `jln` times it")
         return lambda p: o.call_jln(p, 1)
     eps = _eps(o)
     return lambda p: o.call_jln(p, 1, impl=impl, eps=eps)
@@ -113,8 +126,8 @@ def _flax(op: str, two_pass: bool) -> Callable[[dict[str, Any]], tuple[Any, ...]
         raise Skip("flax RMSNorm has no mean to subtract, so no two-pass variant")
     if o.family in ("rms_norm", "add_rms_norm") and _convention(o) not in ("torch", "llama"):
         raise Skip(f"flax.linen has no {_convention(o)} RMSNorm convention")
-    if o.family == "modulate":
-        raise Skip("flax.linen has no modulate")
+    if o.family in _NO_FLAX:
+        raise Skip(f"flax.linen has no {o.family}")
     if o.family in ("gated_rms_norm", *_registry.BATCH_STATS) and two_pass:
         raise Skip(f"flax's {o.family} baseline has one variant (`flax`)")
     if o.family == "gated_rms_norm":
@@ -160,6 +173,14 @@ def _flax_batch_stats(o: _registry.Op, eps: float) -> Callable[[dict[str, Any]],
     Their defaults differ from torch's (eps, momentum); the timed arithmetic is the same."""
     import flax.linen as nn
 
+    if o.family == "instance_norm":  # [batch, spatial, channels]: each sample's statistics
+
+        def inorm(p: dict[str, Any]) -> tuple[Any, ...]:
+            w = p["scale"]
+            m = nn.InstanceNorm(epsilon=eps, param_dtype=w.dtype)
+            return (m.apply({"params": {"scale": w, "bias": p["bias"]}}, p["x"]),)
+
+        return inorm
     if o.family == "batch_norm":
 
         def bn(p: dict[str, Any]) -> tuple[Any, ...]:
@@ -190,7 +211,7 @@ def _jnp(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
         raise Skip(f"no textbook jnp version of the {conv} convention (torch times its reference)")
     if o.family == "gated_rms_norm":
         raise Skip("no textbook jnp version of the gated RMSNorm (torch times its reference)")
-    if o.family in _registry.BATCH_STATS:
+    if o.family in (*_registry.BATCH_STATS, *_NO_FLAX):
         raise Skip(f"no textbook jnp version of {o.family} (torch times its reference)")
 
     def row(p: Any, x: Any, dtype: Any) -> Any:
@@ -400,6 +421,4 @@ def torch_op(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
         return lambda p: (_modulate(p["x"], p["shift"], p["scale_c"]),)
     if o.family == "gated_rms_norm":
         return lambda p: (_reference.gated_rms_norm(p["x"], p["gate"], p["scale"], eps=eps, convention=conv),)
-    if o.family in _registry.BATCH_STATS:
-        return lambda p: o.call_torch(p)
-    raise ValueError(op)
+    return lambda p: o.call_torch(p)  # the other families: their torch reference
