@@ -237,15 +237,10 @@ void bwd_rows(const Config& c, const void* ct, const void* x, const void* z, con
   flush();
 }
 
-inline int64_t workers(ffi::ThreadPool& pool, const Config& c) {
-  const int64_t pool_size = std::max<int64_t>(1, pool.num_threads());
-  return c.threads > 0 ? std::min<int64_t>(pool_size, c.threads) : pool_size;
-}
-
 template <int KX, int KY>
 ffi::Error forward(ffi::ThreadPool& pool, const Config& c, const void* x, const void* z, const float* w, void* y,
                    float* rstd) {
-  parallel_rows(pool, c.rows, c.n, workers(pool, c), [&](int64_t r0, int64_t r1, int64_t) {
+  parallel_rows(pool, c.rows, c.n, pool_workers(pool, c.threads), [&](int64_t r0, int64_t r1, int64_t) {
     fwd_rows<KX, KY>(c, x, z, w, y, rstd, r0, r1);
   });
   return ffi::Error::Success();
@@ -254,7 +249,7 @@ ffi::Error forward(ffi::ThreadPool& pool, const Config& c, const void* x, const 
 template <int KX, int KY>
 ffi::Error backward(ffi::ThreadPool& pool, const Config& c, const void* ct, const void* x, const void* z,
                     const float* w, const float* rstd, void* dx, void* dz, float* dw, int64_t wsize) {
-  const int64_t nw = workers(pool, c);
+  const int64_t nw = pool_workers(pool, c.threads);
   std::vector<std::vector<double>> acc(size_t(nw), std::vector<double>(size_t(c.has_w ? wsize : 0), 0.0));
   parallel_rows(pool, c.rows, c.n, nw, [&](int64_t r0, int64_t r1, int64_t slot) {
     bwd_rows<KX, KY>(c, ct, x, z, w, rstd, dx, dz, acc[size_t(slot)].data(), r0, r1);

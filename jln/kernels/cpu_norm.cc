@@ -1078,10 +1078,7 @@ void bwd_rows(const Config& c, const void* ct, const void* x, const Params& P, c
   for (int k = 0; k < kParams; ++k) flush(k);
 }
 
-inline int64_t workers_of(ffi::ThreadPool& pool, const Config& c) {
-  const int64_t pool_size = std::max<int64_t>(1, pool.num_threads());
-  return c.threads > 0 ? std::min<int64_t>(pool_size, c.threads) : pool_size;
-}
+inline int64_t workers_of(ffi::ThreadPool& pool, const Config& c) { return pool_workers(pool, c.threads); }
 
 template <template <int, int> class Fn, typename... A>
 ffi::Error dispatch2(int kx, int ky, A&&... args) {

@@ -343,6 +343,12 @@ JLN_INLINE inline void prefetch(const void* p, int64_t at) {
   __builtin_prefetch(static_cast<const char*>(p) + at * (K == kF32 ? 4 : 2), W ? 1 : 0, 2);
 }
 
+// How many workers a call may use: the intra-op pool's threads, at most `threads` (0: all).
+inline int64_t pool_workers(ffi::ThreadPool& pool, int64_t threads) {
+  const int64_t pool_size = std::max<int64_t>(1, pool.num_threads());
+  return threads > 0 ? std::min<int64_t>(pool_size, threads) : pool_size;
+}
+
 // Runs body(r0, r1, slot) over row chunks on XLA's intra-op thread pool (the caller works
 // too, so it finishes even when no pool thread is free). `slot` is a worker index < workers.
 template <typename Body>
