@@ -10,6 +10,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -253,3 +254,16 @@ def test_max_ulp_is_at_the_row_scale_and_the_elementwise_figure_is_kept(
     assert rows and all(isinstance(r["max_ulp"], float) and r["max_ulp"] < 64 for r in rows), rows
     assert all(r["max_ulp_elementwise"] >= r["max_ulp"] // 2 for r in rows)
     assert "max_ulp_elementwise" in parity.LEGEND and "row's largest |torch|" in parity.LEGEND
+
+
+def test_row_ulp_of_a_subnormal_row_is_inf_without_a_warning() -> None:
+    # a row whose largest |reference| is subnormal has ulps near 5e-324: an error of 1 there is
+    # an infinite number of them, reported as inf, not as a numpy overflow warning
+    import warnings
+
+    from jln import _compare
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _compare.row_ulp(np.array([[1.0, 0.0]]), np.array([[0.0, 1e-320]])) == float("inf")
+        assert _compare.row_ulp(np.array([[1.0, 2.0]]), np.array([[1.0, 2.0]])) == 0.0
