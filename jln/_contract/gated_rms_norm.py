@@ -167,19 +167,29 @@ class GatedRMSNormSpec(NormSpec):
     def has_pre(self, present: tuple[str, ...]) -> bool:
         return "gate" in present and not self.norm_before_gate
 
+    @property
+    def steps(self) -> tuple[Any, Any]:
+        """The convention's roundings after ``h = v * rstd``: ``(round_h, round_y)``, ``h``
+        rounded to ``round_h`` before the weight and ``h * w`` to ``round_y`` (``None``: no
+        rounding). The only place they live: :meth:`tail` and the native kernels apply them."""
+        if self.convention == "float32":
+            return None, None
+        round_y = None if self.scale_dtype is None else _stats.promote(self.io_dtype, self.scale_dtype)
+        return jnp.dtype(self.io_dtype), round_y
+
     def tail(self, h: Array, *operands: Array | None) -> Array:
         """After ``h = v * rstd`` (statistics dtype): the convention's rounding to ``dt``, the
         weight (rounded to its product's dtype where the reference multiplies in it), the gate
         when it comes after the norm, and the cast to the output dtype."""
         gate, scale = (*operands, None, None)[:2]
         sd = h.dtype
-        rounds = self.convention != "float32"
-        if rounds:
-            h = _stats.round_to(h, self.io_dtype)
+        round_h, round_y = self.steps
+        if round_h is not None:
+            h = _stats.round_to(h, round_h)
         if scale is not None:
             h = h * scale.astype(sd)
-            if rounds:
-                h = _stats.round_to(h, _stats.promote(self.io_dtype, self.scale_dtype))
+            if round_y is not None:
+                h = _stats.round_to(h, round_y)
         if gate is not None and self.norm_before_gate:
             h = h * self._gate(gate, sd)
         return h.astype(self.out_dtype)

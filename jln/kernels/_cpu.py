@@ -388,15 +388,22 @@ def run(spec: NormSpec, x: Array, operands: tuple[Array | None, ...], addends: t
 def unsupported_reason(spec: NormSpec, x: Any, operands: tuple[Any, ...], backend: str | None = None) -> str | None:
     """``None`` when a native CPU kernel handles this call, else a sentence saying why not
     (``backend``: the platform the call runs on; default: the default backend)."""
+    if spec.op not in FLAGS_OF:
+        return f"no native CPU kernel for {spec.op!r} yet (it runs on the XLA path)"
+    if getattr(spec, "convention", None) == "seed":
+        return "the 'seed' RMSNorm convention runs on the XLA path"
+    return layout_reason(spec, x, operands, backend)
+
+
+def layout_reason(spec: NormSpec, x: Any, operands: tuple[Any, ...], backend: str | None = None) -> str | None:
+    """What every native kernel needs of a call (the CPU backend, rows local to the device, the
+    trailing axes, float32/bfloat16/float16 arrays, the library loaded): ``None`` when the call
+    has it, else a sentence saying what is missing."""
     backend = backend or jax.default_backend()
     if backend != "cpu":
         return f"the native kernels run on the CPU backend (this call's platform: {backend!r})"
     if spec.axis_name is not None:
         return _distributed.CROSS_DEVICE_REASON
-    if spec.op not in FLAGS_OF:
-        return f"no native CPU kernel for {spec.op!r} yet (it runs on the XLA path)"
-    if getattr(spec, "convention", None) == "seed":
-        return "the 'seed' RMSNorm convention runs on the XLA path"
     axes = spec.axes
     if axes != tuple(range(x.ndim - len(axes), x.ndim)):
         return (

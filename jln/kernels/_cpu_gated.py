@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jln import _checks, _distributed, _stats
+from jln import _checks
 from jln._contract.gated_rms_norm import GatedRMSNormSpec
 from jln.kernels import _ad, _cpu
 
@@ -68,11 +68,9 @@ class Spec(NamedTuple):
 
 
 def _flags(spec: GatedRMSNormSpec) -> tuple[int, int]:
-    """``(round_h, round_y)``: the tail's roundings (:meth:`GatedRMSNormSpec.tail`) as kernel steps."""
-    if spec.convention == "float32":
-        return 0, 0
-    round_y = 0 if spec.scale_dtype is None else _cpu._kind(_stats.promote(spec.io_dtype, spec.scale_dtype))
-    return _cpu._kind(spec.io_dtype), round_y
+    """``(round_h, round_y)``: the contract's roundings (:attr:`GatedRMSNormSpec.steps`) as kernel steps."""
+    round_h, round_y = spec.steps
+    return _cpu._kind(round_h), _cpu._kind(round_y)
 
 
 def _xla(spec: Spec, x: Array, z: Array, w: Array) -> Array:
@@ -143,23 +141,9 @@ def run(spec: GatedRMSNormSpec, x: Array, operands: tuple[Array | None, ...], ad
 
 def unsupported_reason(spec: GatedRMSNormSpec, x: Any, operands: tuple[Any, ...], backend: str | None = None) -> str | None:
     """``None`` when the native gated kernels handle this call, else a sentence saying why not."""
-    backend = backend or jax.default_backend()
-    if backend != "cpu":
-        return f"the native kernels run on the CPU backend (this call's platform: {backend!r})"
-    if spec.axis_name is not None:
-        return _distributed.CROSS_DEVICE_REASON
-    axes = spec.axes
-    if axes != tuple(range(x.ndim - len(axes), x.ndim)):
-        return (
-            f"native kernels normalize the trailing axes of x only; received axes={axes} for "
-            f"x.ndim={x.ndim} (move the normalized axes last, e.g. with jnp.moveaxis)"
-        )
+    why = _cpu.layout_reason(spec, x, operands, backend)
     gate = operands[0] if operands else None
-    if gate is not None and jnp.dtype(gate.dtype) != jnp.dtype(x.dtype):
+    if why is None and gate is not None and jnp.dtype(gate.dtype) != jnp.dtype(x.dtype):
         return (f"the native gated kernel reads the gate in x's dtype (received x {jnp.dtype(x.dtype)}, gate "
                 f"{jnp.dtype(gate.dtype)}); pass the gate in x's dtype, or use impl='xla'")
-    dtypes = [x.dtype, spec.result_dtype] + [o.dtype for o in operands if o is not None]
-    if any(jnp.dtype(d) not in _cpu._KINDS for d in dtypes):
-        return (f"native kernels take float32, bfloat16 and float16 (received "
-                f"{sorted({str(jnp.dtype(d)) for d in dtypes})}); float64 runs on the XLA path")
-    return _cpu.available()
+    return why
