@@ -143,6 +143,7 @@ class Family:
     statistics run over (the backward's error floor, :meth:`Op.grad_atol`), ``centered``
     whether they are about the mean. ``impl``: the function takes ``impl=``. ``min_rank``: the
     rank below which the function refuses ``x`` (as torch does), so sweeps skip those shapes.
+    ``pallas``: the Pallas kernels compute the family's registry entries.
     A new family is one entry of :data:`FAMILIES` and its ops in :data:`OPS`.
     """
 
@@ -152,6 +153,7 @@ class Family:
     stat_axes: Callable[[int, int], tuple[int, ...]] = lambda ndim, k: tuple(range(ndim - k, ndim))
     impl: bool = True
     min_rank: int = 1
+    pallas: bool = False  # the Pallas kernels compute it (jln parity --full adds impl="pallas")
 
 
 def _axis(k: int) -> Any:
@@ -184,27 +186,27 @@ def _adaptive_rms_torch(t: dict[str, Any], p: list[Any], o: dict[str, Any], k: i
 FAMILIES: dict[str, Family] = {
     "layer_norm": Family(
         lambda a, p, o, k: (jln.layer_norm(a["x"], *p, axis=_axis(k), **o),),
-        lambda t, p, o, k: (_reference.layer_norm(t["x"], *p, k=k, **o),), centered=True),
+        lambda t, p, o, k: (_reference.layer_norm(t["x"], *p, k=k, **o),), centered=True, pallas=True),
     "rms_norm": Family(
         lambda a, p, o, k: (jln.rms_norm(a["x"], p[0], bias=a.get("bias"), axis=_axis(k), **o),),
-        lambda t, p, o, k: (_reference.rms_norm(t["x"], p[0], bias=t.get("bias"), k=k, **o),)),
+        lambda t, p, o, k: (_reference.rms_norm(t["x"], p[0], bias=t.get("bias"), k=k, **o),), pallas=True),
     "add_layer_norm": Family(
         lambda a, p, o, k: tuple(jln.add_layer_norm(a["x"], a["residual"], *p, axis=_axis(k), **o)),
-        lambda t, p, o, k: _reference.add_norm(t["x"], t["residual"], *p, norm="layer_norm", k=k, **o), centered=True),
+        lambda t, p, o, k: _reference.add_norm(t["x"], t["residual"], *p, norm="layer_norm", k=k, **o), centered=True, pallas=True),
     "add_rms_norm": Family(
         lambda a, p, o, k: tuple(jln.add_rms_norm(a["x"], a["residual"], *p, axis=_axis(k), **o)),
-        lambda t, p, o, k: _reference.add_norm(t["x"], t["residual"], *p, norm="rms_norm", k=k, **o)),
+        lambda t, p, o, k: _reference.add_norm(t["x"], t["residual"], *p, norm="rms_norm", k=k, **o), pallas=True),
     "modulate": Family(
         lambda a, p, o, k: (jln.modulate(a["x"], a["shift"], a["scale_c"], **o),),
         lambda t, p, o, k: (_reference.modulate(t["x"], t["shift"], t["scale_c"], **o),), impl=False),
     "adaptive_layer_norm": Family(
         lambda a, p, o, k: (jln.adaptive_layer_norm(a["x"], a["emb"], *p, axis=_axis(k), **o)[0],),
-        _adaptive_torch, centered=True),
+        _adaptive_torch, centered=True, pallas=True),
     "adaptive_rms_norm": Family(
         lambda a, p, o, k: (jln.adaptive_rms_norm(a["x"], a["emb"], *p, **o)[0],), _adaptive_rms_torch),
     "gated_rms_norm": Family(
         lambda a, p, o, k: (jln.gated_rms_norm(a["x"], a.get("gate"), *p, axis=_axis(k), **o),),
-        lambda t, p, o, k: (_reference.gated_rms_norm(t["x"], t.get("gate"), *p, k=k, **o),)),
+        lambda t, p, o, k: (_reference.gated_rms_norm(t["x"], t.get("gate"), *p, k=k, **o),), pallas=True),
     # batch statistics, the channels last: x [rows, D] is a batch of rows with D channels
     "batch_norm": Family(
         lambda a, p, o, k: (jln.batch_norm(a["x"], None, None, *p, **o)[0],),

@@ -63,11 +63,12 @@ def check(jln_out: Any, torch_out: Any, ref64: Any, *, exact: bool = False, what
 
 
 def kernel_ops() -> list[_registry.Op]:
-    """``jln parity``'s ops that the Pallas kernels compute: LayerNorm and RMSNorm (with the fused
-    residual step and adaptive LayerNorm's modulation) and gated RMSNorm (whole rows)."""
-    families = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm", "adaptive_layer_norm", "gated_rms_norm")
+    """``jln parity``'s ops that the Pallas kernels compute (their families' ``pallas`` flag):
+    LayerNorm and RMSNorm (with the fused residual step and adaptive LayerNorm's modulation)
+    and gated RMSNorm (whole rows)."""
     # (the XLA-only RMSNorm conventions: the kernels refuse them, tests/test_variants_dtype.py)
-    return [op for op in _registry.OPS if op.family in families and op.options.get("convention") not in XLA_ONLY]
+    return [op for op in _registry.OPS
+            if _registry.FAMILIES[op.family].pallas and op.options.get("convention") not in XLA_ONLY]
 
 
 def kernel_programs(op: _registry.Op, shape: tuple[int, ...], dtype: str, param_dtype: str | None = None) -> tuple[Any, Any, list[jax.Array]]:

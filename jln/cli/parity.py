@@ -129,8 +129,7 @@ def _both_refuse(op: _registry.Op, inputs: dict[str, Any], k: int, overrides: di
     return False
 
 
-#: Families without a Pallas kernel: ``--full`` adds no ``impl="pallas"`` case for them.
-NO_KERNEL = (*_registry.BATCH_STATS, "adaptive_rms_norm")
+
 
 
 def _op_cases(
@@ -162,7 +161,7 @@ def _op_cases(
                 if op.takes_impl and impl is None:
                     # the default impl="auto" takes the native kernels on CPU: check XLA too
                     cases.append(_op_case(op, dtype, shape, k, "impl=xla", impl="xla"))
-                    if op.family not in NO_KERNEL:
+                    if _registry.FAMILIES[op.family].pallas:
                         cases.append(_op_case(op, dtype, shape, k, "impl=pallas", impl="pallas"))
     return cases
 
