@@ -8,9 +8,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _args, _checks, _dispatch, _eager, _stats
-from jln._checks import Axis
+from jln import _dispatch, _eager, _stats, _validate
 from jln._contract.layer_norm import LayerNormSpec, modulation_rounded
+from jln._validate import Axis
 
 Array = jax.Array
 
@@ -86,7 +86,7 @@ def split_condition(emb: Array, order: str | Sequence[str] = "seed") -> dict[str
       (Array([[0., 1.]], dtype=float32), Array([[2., 3.]], dtype=float32))
     """
     fn = "jln.split_condition"
-    _checks.check_floating(emb, fn, "emb")
+    _validate.check_floating(emb, fn, "emb")
     names = resolve_order(order, fn)
     k = len(names)
     if emb.ndim == 0 or emb.shape[-1] % k:
@@ -104,7 +104,7 @@ def expand_condition(c: Any, x_shape: tuple[int, ...], name: str, fn: str) -> Ar
     they are; ``[B, D]`` against ``x [B, T, D]`` (or ``[B, H, W, D]``) becomes ``[B, 1, D]``
     (``[B, 1, 1, D]``), as DiT's ``scale[:, None]``.
     """
-    _checks.check_floating(c, fn, name)
+    _validate.check_floating(c, fn, name)
     c = jnp.asarray(c)
     shape = tuple(c.shape)
     if shape == tuple(x_shape):
@@ -201,7 +201,7 @@ def modulate(x: Array, shift: Array | None, scale: Array | None, *, scale_offset
       (2, 3, 4)
     """
     fn = "jln.modulate"
-    _checks.check_floating(x, fn)
+    _validate.check_floating(x, fn)
     sh = None if shift is None else expand_condition(shift, x.shape, "shift", fn)
     sc = None if scale is None else expand_condition(scale, x.shape, "scale", fn)
     dtypes = [x.dtype] + [c.dtype for c in (sh, sc) if c is not None]
@@ -273,17 +273,17 @@ def adaptive_layer_norm(
       ((2, 5, 4), ['gate_mlp', 'gate_msa'])
     """
     fn = "jln.adaptive_layer_norm"
-    _checks.check_floating(x, fn)
+    _validate.check_floating(x, fn)
     chunks = split_condition(emb, order)
     sh_name, sc_name = resolve_use(chunks, use, fn)
-    axes, s, b = _args.params(fn, x, scale, bias, axis)
-    eps_f = _checks.check_eps(eps, fn)
+    axes, _, s, b = _validate.norm_layout(fn, x, scale, bias, axis)
+    eps_f = _validate.check_eps(eps, fn)
     sh, sc = expand_chunks(chunks, (sh_name, sc_name), x.shape, emb, fn)
     spec = LayerNormSpec(
         axes=axes, eps=eps_f, out_dtype=x.dtype, mod_offset=float(scale_offset),
         mod_dtype=_stats.promote(x.dtype, *[c.dtype for c in (sh, sc) if c is not None]),
         shift_dtype=None if sh is None else sh.dtype, mscale_dtype=None if sc is None else sc.dtype,
-        **_args.dist(fn, impl, axis_name, axis_index_groups),
+        **_validate.dist(fn, impl, axis_name, axis_index_groups),
     )
     return _dispatch.apply(fn, impl, spec, x, (s, b, sh, sc)), chunks
 
@@ -357,8 +357,8 @@ def adaptive_rms_norm(
     from jln._rms_norm import rms_norm
 
     fn = "jln.adaptive_rms_norm"
-    _checks.check_floating(x, fn)
-    _checks.check_choice(modulation, "modulation", RMS_MODULATIONS, fn)
+    _validate.check_floating(x, fn)
+    _validate.check_choice(modulation, "modulation", RMS_MODULATIONS, fn)
     chunks = split_condition(emb, order)
     names = resolve_use(chunks, use, fn)
     sh, sc = expand_chunks(chunks, names, x.shape, emb, fn)

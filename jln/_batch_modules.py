@@ -18,8 +18,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _checks
 from jln import _modules as M
+from jln import _validate
 from jln._batch_norm import batch_norm, frozen_batch_norm, group_norm, instance_norm
 from jln._contract.batch_norm import ACTIVATIONS
 
@@ -54,10 +54,10 @@ _COMPUTE = (
 
 
 def _channels(cfg: Any, x: Array, name: str, fn: str) -> int:
-    _checks.check_floating(x, fn, name)
+    _validate.check_floating(x, fn, name)
     if x.ndim < 2:
         raise ValueError(f"{fn}: x must have a batch and a channel axis; received x.shape={tuple(x.shape)}.")
-    (c,) = _checks.normalize_axes(cfg.channel_axis, x.ndim, fn)
+    (c,) = _validate.normalize_axes(cfg.channel_axis, x.ndim, fn)
     return int(x.shape[c])
 
 
@@ -72,19 +72,19 @@ def _check_channels(cfg: Any, x: Array, n: int, fn: str) -> None:
 
 NUM_FEATURES = M.Shape(
     "num_features", "int", "C, the number of channels (torch's ``num_features``).", 0,
-    lambda v, fn: M.check_positive(v, "num_features", fn), _channels, _check_channels,
+    lambda v, fn: _validate.check_positive(v, "num_features", fn), _channels, _check_channels,
 )
 
 
 def _check(fn: str) -> Any:
     def check(cfg: Any) -> None:
-        _checks.check_eps(cfg.eps, fn)
+        _validate.check_eps(cfg.eps, fn)
         if not hasattr(cfg, "impl"):  # FrozenBatchNorm: eps and the layout only
             return
-        M._check_common(cfg, fn)
-        M.check_torch_names(cfg, fn)
+        _validate.check_module_options(cfg, fn)
+        _validate.check_torch_names(cfg, fn)
         if getattr(cfg, "activation", None) is not None:
-            _checks.check_choice(cfg.activation, "activation", ACTIVATIONS, fn)
+            _validate.check_choice(cfg.activation, "activation", ACTIVATIONS, fn)
         if getattr(cfg, "momentum", None) is not None:
             m = cfg.momentum
             if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m <= 1:
@@ -93,7 +93,7 @@ def _check(fn: str) -> Any:
             raise ValueError(f"{fn}: impl={cfg.impl!r} is not available: jln has no kernels for this "
                              f"family yet. Use impl='auto' or 'xla'.")
         if hasattr(cfg, "num_groups"):
-            M.set_positive(cfg, ("num_groups", "num_channels"), fn)
+            _validate.set_positive(cfg, ("num_groups", "num_channels"), fn)
             if cfg.num_channels % cfg.num_groups:
                 raise ValueError(f"{fn}: num_channels={cfg.num_channels} must be divisible by "
                                  f"num_groups={cfg.num_groups}.")

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jln import _args, _checks, _eager, _stats
+from jln import _eager, _stats, _validate
 from jln._contract.batch_norm import (
     ACTIVATIONS,
     BatchStatSpec,
@@ -39,13 +39,13 @@ def _per_channel(fn: str, x: Any, c: int, **arrays: Any) -> dict[str, Array | No
     """Check each per-channel array (shape ``(C,)``); return them reshaped to broadcast."""
     out: dict[str, Array | None] = {}
     for name, p in arrays.items():
-        _checks.check_param(p, name, x.shape, (c,), fn)
-        out[name] = None if p is None else _args.expand_param(jnp.asarray(p), x.ndim, (c,))
+        _validate.check_param(p, name, x.shape, (c,), fn)
+        out[name] = None if p is None else _validate.expand_param(jnp.asarray(p), x.ndim, (c,))
     return out
 
 
 def _xla_only(fn: str, impl: str) -> None:
-    _checks.check_choice(impl, "impl", ("auto", "xla", "native", "pallas"), fn)
+    _validate.check_choice(impl, "impl", ("auto", "xla", "native", "pallas"), fn)
     if impl in ("native", "pallas"):
         raise ValueError(
             f"{fn}: impl={impl!r} is not available here: jln has no {impl} kernels for the "
@@ -172,7 +172,7 @@ def batch_norm(
     Reducing Internal Covariate Shift" (2015).
     """
     fn = "jln.batch_norm"
-    c = _checks.channel_axis(fn, x, channel_axis)
+    c = _validate.channel_axis(fn, x, channel_axis)
     axes = tuple(a for a in range(x.ndim) if a != c)
     return _stat_norm(
         fn, x, c, axes, running_mean, running_var, scale, bias, training=training, momentum=momentum,
@@ -191,7 +191,7 @@ def _stat_norm(
     _xla_only(fn, impl)
     if not isinstance(training, (bool, jnp.bool_)):
         raise TypeError(f"{fn}: `training` must be a Python bool; received {training!r}.")
-    eps = _checks.check_eps(eps, fn)
+    eps = _validate.check_eps(eps, fn)
     m = _momentum(fn, momentum)
     if (running_mean is None) != (running_var is None):
         raise ValueError(
@@ -200,7 +200,7 @@ def _stat_norm(
             f"{'running_mean' if running_var is None else 'running_var'}."
         )
     p = _per_channel(fn, x, c, scale=scale, bias=bias, running_mean=running_mean, running_var=running_var)
-    name, groups = _checks.check_axis_name(axis_name, axis_index_groups, fn)
+    name, groups = _validate.check_axis_name(axis_name, axis_index_groups, fn)
     tracked = running_mean is not None
     if num_batches_tracked is not None:
         nbt = jnp.asarray(num_batches_tracked)
@@ -308,7 +308,7 @@ def instance_norm(
     for Fast Stylization" (2016).
     """
     fn = "jln.instance_norm"
-    c = _checks.channel_axis(fn, x, channel_axis, min_ndim=3)
+    c = _validate.channel_axis(fn, x, channel_axis, min_ndim=3)
     axes = tuple(a for a in range(1, x.ndim) if a != c)
     return _stat_norm(
         fn, x, c, axes, running_mean, running_var, scale, bias, training=training, momentum=momentum,
@@ -379,8 +379,8 @@ def group_norm(
     """
     fn = "jln.group_norm"
     _xla_only(fn, impl)
-    c = _checks.channel_axis(fn, x, channel_axis)
-    eps = _checks.check_eps(eps, fn)
+    c = _validate.channel_axis(fn, x, channel_axis)
+    eps = _validate.check_eps(eps, fn)
     ch = x.shape[c]
     g = num_groups if isinstance(num_groups, int) and not isinstance(num_groups, bool) else None
     if g is None or g <= 0 or ch % g:
@@ -389,7 +389,7 @@ def group_norm(
             f"{c}; received num_groups={num_groups!r} for x.shape={tuple(x.shape)}."
         )
     if activation is not None:
-        _checks.check_choice(activation, "activation", ACTIVATIONS, fn)
+        _validate.check_choice(activation, "activation", ACTIVATIONS, fn)
     frame = _frame_axis(fn, x, c, frame_axis)
     p = _per_channel(fn, x, c, scale=scale, bias=bias)
     # channels split into (groups, channels per group), a part of size 1 left out: XLA:CPU's
@@ -416,7 +416,7 @@ def _frame_axis(fn: str, x: Any, c: int, frame_axis: Any) -> int | None:
         return None
     if isinstance(frame_axis, bool) or not isinstance(frame_axis, (int, np.integer)):
         raise TypeError(f"{fn}: `frame_axis` must be an int or None; received {frame_axis!r}.")
-    (f,) = _checks.normalize_axes(int(frame_axis), x.ndim, fn)
+    (f,) = _validate.normalize_axes(int(frame_axis), x.ndim, fn)
     if f in (0, c):
         raise ValueError(
             f"{fn}: frame_axis must be a spatial axis (not the batch axis 0 nor the channel axis {c}); "
@@ -470,8 +470,8 @@ def frozen_batch_norm(
       Array([[0.5, 0.5]], dtype=float32)
     """
     fn = "jln.frozen_batch_norm"
-    c = _checks.channel_axis(fn, x, channel_axis)
-    eps = _checks.check_eps(eps, fn)
+    c = _validate.channel_axis(fn, x, channel_axis)
+    eps = _validate.check_eps(eps, fn)
     bufs = dict(scale=scale, bias=bias, running_mean=running_mean, running_var=running_var)
     for name, v in bufs.items():
         if v is None:

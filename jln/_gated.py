@@ -11,10 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jln import _args, _checks, _dispatch, _eager, _stats
-from jln._checks import Axis
+from jln import _dispatch, _eager, _stats, _validate
 from jln._contract import gated_rms_norm as contract
 from jln._contract.gated_rms_norm import GatedRMSNormSpec
+from jln._validate import Axis
 
 Array = jax.Array
 
@@ -152,9 +152,9 @@ def gated_rms_norm(
     ``MambaRMSNormGated`` and ``Qwen3NextRMSNormGated``.
     """
     fn = "jln.gated_rms_norm"
-    axes, s, _ = _args.params(fn, x, scale, None, axis)
+    axes, _, s, _ = _validate.norm_layout(fn, x, scale, None, axis)
     if gate is not None:
-        _checks.check_floating(gate, fn, "gate")
+        _validate.check_floating(gate, fn, "gate")
         if tuple(gate.shape) != tuple(x.shape):
             raise ValueError(
                 f"{fn}: `gate` must have x's shape {tuple(x.shape)} (one gate value per element); "
@@ -163,13 +163,13 @@ def gated_rms_norm(
             )
         gate = jnp.asarray(gate)
     conv = contract.resolve_convention(convention, fn)
-    _checks.check_choice(activation, "activation", contract.ACTIVATIONS, fn)
+    _validate.check_choice(activation, "activation", contract.ACTIVATIONS, fn)
     if norm_before_gate is None:
         norm_before_gate = contract.default_norm_before_gate(conv)
     elif not isinstance(norm_before_gate, (bool, np.bool_)):
         raise TypeError(f"{fn}: `norm_before_gate` must be True, False or None; received {norm_before_gate!r}.")
-    eps_f = _checks.check_eps(eps, fn)
-    dist = _args.dist(fn, impl, axis_name, axis_index_groups)
+    eps_f = _validate.check_eps(eps, fn)
+    dist = _validate.dist(fn, impl, axis_name, axis_index_groups)
     gs = _group_size(fn, group_size, tuple(x.shape), axes, dist["axis_name"], dist["axis_index_groups"])
     scale_dtype = None if s is None else s.dtype
     spec = GatedRMSNormSpec(

@@ -7,10 +7,10 @@ from typing import Any
 
 import jax
 
-from jln import _args, _checks, _dispatch, _eager
-from jln._checks import Axis
+from jln import _dispatch, _eager, _validate
 from jln._contract import layer_norm as contract
 from jln._contract.layer_norm import LayerNormSpec
+from jln._validate import Axis
 
 Array = jax.Array
 
@@ -133,14 +133,14 @@ def layer_norm(
     Reference: Ba, Kiros and Hinton, "Layer Normalization" (2016).
     """
     fn = "jln.layer_norm"
-    axes, laid, s, b = _args.laid_params(fn, x, scale, bias, axis, param_axes)
-    s = _args.zero_centered_scale(fn, s, zero_centered)
+    axes, laid, s, b = _validate.norm_layout(fn, x, scale, bias, axis, param_axes)
+    s = _validate.zero_centered_scale(fn, s, zero_centered)
     conv = contract.resolve_convention(convention, fn)
     out = contract.output_dtype(conv, x.dtype, None if s is None else s.dtype, None if b is None else b.dtype)
     spec = LayerNormSpec(
-        axes=axes, eps=_checks.check_eps(eps, fn), out_dtype=out, convention=conv, io_dtype=x.dtype,
+        axes=axes, eps=_validate.check_eps(eps, fn), out_dtype=out, convention=conv, io_dtype=x.dtype,
         param_axes=laid,
-        **_args.dist(fn, impl, axis_name, axis_index_groups),
+        **_validate.dist(fn, impl, axis_name, axis_index_groups),
     )
     return _dispatch.apply(fn, impl, spec, x, (s, b, None, None))
 
@@ -191,11 +191,11 @@ def add_layer_norm(
       Array([1., 2., 3., 4.], dtype=float32)
     """
     fn = "jln.add_layer_norm"
-    s = _args.residual_sum(fn, x, residual, residual_in_fp32)
-    axes, sc, b = _args.params(fn, s, scale, bias, axis)
+    s = _validate.residual_sum(fn, x, residual, residual_in_fp32)
+    axes, _, sc, b = _validate.norm_layout(fn, s, scale, bias, axis)
     spec = LayerNormSpec(
-        axes=axes, eps=_checks.check_eps(eps, fn), out_dtype=x.dtype,
-        **_args.dist(fn, impl, axis_name, axis_index_groups),
+        axes=axes, eps=_validate.check_eps(eps, fn), out_dtype=x.dtype,
+        **_validate.dist(fn, impl, axis_name, axis_index_groups),
     )
     y, s = _dispatch.apply(fn, impl, spec, s, (sc, b, None, None), addends=(x, residual))
     return y, s

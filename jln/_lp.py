@@ -14,8 +14,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _args, _checks, _eager, _stats
-from jln._checks import Axis
+from jln import _eager, _stats, _validate
+from jln._validate import Axis
 
 Array = jax.Array
 
@@ -82,9 +82,9 @@ def lp_normalize(x: Array, *, p: float = 2.0, axis: Axis = -1, eps: float = 1e-1
       Array([0.6, 0.8], dtype=float32)
     """
     fn = "jln.lp_normalize"
-    _checks.check_floating(x, fn)
-    axes = _checks.normalize_axes(axis, x.ndim, fn)
-    eps_f = _checks.check_eps(eps, fn)
+    _validate.check_floating(x, fn)
+    axes = _validate.normalize_axes(axis, x.ndim, fn)
+    eps_f = _validate.check_eps(eps, fn)
     pf = _check_p(p, fn)
     with jax.named_scope(fn):
         n = _rounded_norm(x, pf, axes)
@@ -141,16 +141,16 @@ def global_response_norm(
     Autoencoders" (2023).
     """
     fn = "jln.global_response_norm"
-    _checks.check_floating(x, fn)
-    axes = _checks.normalize_axes(spatial_axes, x.ndim, fn)
+    _validate.check_floating(x, fn)
+    axes = _validate.normalize_axes(spatial_axes, x.ndim, fn)
     if x.ndim - 1 in axes:
         raise ValueError(
             f"{fn}: `spatial_axes` must not include the channel (last) axis; received "
             f"spatial_axes={spatial_axes!r} for x.shape={tuple(x.shape)}. For channels-first "
             f"input, move the channels last (jnp.moveaxis(x, 1, -1))."
         )
-    eps_f = _checks.check_eps(eps, fn)
-    _, g, b = _args.params(fn, x, gamma, beta, -1)
+    eps_f = _validate.check_eps(eps, fn)
+    _, _, g, b = _validate.norm_layout(fn, x, gamma, beta, -1)
     dt = x.dtype
     with jax.named_scope(fn):
         x32 = _stats.upcast(x)

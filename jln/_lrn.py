@@ -10,7 +10,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jln import _checks, _eager
+from jln import _eager, _validate
 from jln._contract.local_response_norm import LocalResponseNormSpec
 
 Array = jax.Array
@@ -89,7 +89,7 @@ def local_response_norm(
     Convolutional Neural Networks" (2012), section 3.3.
     """
     fn = "jln.local_response_norm"
-    c = _checks.channel_axis(
+    c = _validate.channel_axis(
         fn, x, channel_axis, min_ndim=3, need="a batch, a channel and at least one spatial axis, as torch requires",
         fix="For [N, C] input use x[..., None].",
     )

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import operator
 import textwrap
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jln import _args, _checks, _monitor, _platform, _stats
+from jln import _monitor, _stats, _validate
 from jln._adaptive import (
     adaptive_layer_norm,
     adaptive_rms_norm,
@@ -102,62 +101,6 @@ def dense_specs(
     return specs
 
 
-def _positive_int(value: Any) -> int | None:
-    """``value`` as a Python int if it is a positive integer of any kind (``int``, a NumPy
-    integer: anything ``operator.index`` takes, but not a bool), else None."""
-    if isinstance(value, (bool, np.bool_)):
-        return None
-    try:
-        v = operator.index(value)
-    except TypeError:
-        return None
-    return v if v > 0 else None
-
-
-def feature_shape(num_features: Any, fn: str) -> tuple[int, ...]:
-    """``num_features`` as a shape tuple of Python ints (an integer means one normalized axis)."""
-    one = _positive_int(num_features)
-    try:
-        sizes = (one,) if one is not None else tuple(_positive_int(n) for n in num_features)
-    except TypeError:
-        sizes = ()
-    if not sizes or any(n is None for n in sizes):
-        raise ValueError(
-            f"{fn}: `num_features` must be a positive int or a tuple of positive ints (the "
-            f"shape of x at the normalized axes); received {num_features!r}."
-        )
-    return tuple(int(n) for n in sizes if n is not None)
-
-
-def check_num_features(x: Any, axis: Any, num_features: tuple[int, ...], fn: str, name: str = "axis") -> None:
-    """``ValueError`` unless ``x`` has the module's ``num_features`` at the normalized axes (an
-    NNX norm declares them; without parameters nothing else would notice a wrong width), or at
-    the parameters' axes (``name="param_axes"``)."""
-    _checks.check_floating(x, fn)
-    have = _checks.feature_shape(x.shape, _checks.normalize_axes(axis, x.ndim, fn, name))
-    if have != tuple(num_features):
-        raise ValueError(
-            f"{fn}: the module was built for num_features={tuple(num_features)} at {name}={axis!r}; "
-            f"received x.shape={tuple(x.shape)}, which has {have} there. Build it with "
-            f"num_features={have if len(have) > 1 else have[0]}, or pass x with that shape."
-        )
-
-
-def check_positive(value: Any, name: str, fn: str) -> int:
-    """``value`` as a Python int; ``ValueError`` unless it is a positive integer (NumPy's too)."""
-    v = _positive_int(value)
-    if v is None:
-        raise ValueError(f"{fn}: `{name}` must be a positive int; received {value!r}.")
-    return v
-
-
-def set_positive(cfg: Any, names: tuple[str, ...], fn: str) -> None:
-    """Check each named field of a frozen config with :func:`check_positive` and store the
-    Python int."""
-    for name in names:
-        object.__setattr__(cfg, name, check_positive(getattr(cfg, name), name, fn))
-
-
 # --------------------------------------------------------------------------- helpers
 
 
@@ -168,7 +111,7 @@ def compute_dtype(cfg_dtype: Any, x: Array) -> jnp.dtype:
 
 def dense(p: Params, x: Array, dtype: Any, fn: str = "jln Dense", name: str = "x") -> Array:
     """``x @ kernel + bias`` in ``dtype`` (torch ``nn.Linear`` with ``weight = kernel.T``)."""
-    _checks.check_floating(x, fn, name)
+    _validate.check_floating(x, fn, name)
     n_in = p["kernel"].shape[0]
     if x.ndim == 0 or x.shape[-1] != n_in:
         raise ValueError(
@@ -229,40 +172,11 @@ def _cast_out(y: Array, dtype: Any) -> Array:
 def _record(monitor: bool, x: Array, y: Array, axis: Any, fn: str) -> Stats:
     if not monitor:
         return None
-    return _monitor.row_stats(x, y, _checks.normalize_axes(axis, x.ndim, fn))
-
-
-def check_inits(cfg: Any, fn: str, names: tuple[str, ...] = ("scale_init", "bias_init")) -> None:
-    """Raise ``TypeError`` unless each of ``names`` (``cfg.scale_init`` and ``cfg.bias_init``
-    by default) is None or an initializer ``init(key, shape, dtype)``."""
-    for name in names:
-        init = getattr(cfg, name)
-        if init is not None and not callable(init):
-            raise TypeError(
-                f"{fn}: `{name}` must be an initializer called as init(key, shape, dtype) (e.g. "
-                f"jax.nn.initializers.ones, or one wrapped by flax's with_partitioning for a "
-                f"sharded model) or None for the default; received {init!r}."
-            )
+    return _monitor.row_stats(x, y, _validate.normalize_axes(axis, x.ndim, fn))
 
 
 def _param(features: tuple[int, ...], init: Any, default: Callable[..., Array]) -> ParamSpec:
     return ParamSpec(features, default if init is None else init)
-
-
-def _frozen(v: Any) -> Any:
-    """Lists as tuples, all the way down (a config is hashable: an nnx GraphDef holds it)."""
-    return tuple(_frozen(e) for e in v) if isinstance(v, (list, tuple)) else v
-
-
-def _check_common(cfg: Any, fn: str) -> None:
-    for name in ("axis", "axis_index_groups", "order"):
-        if isinstance(getattr(cfg, name, None), list):
-            object.__setattr__(cfg, name, _frozen(getattr(cfg, name)))
-    _checks.check_choice(cfg.impl, "impl", _platform.IMPLS, fn)
-    if cfg.dtype is not None:
-        dt = jnp.dtype(cfg.dtype)
-        if not jnp.issubdtype(dt, jnp.floating):
-            raise TypeError(f"{fn}: `dtype` must be a floating dtype or None; received {cfg.dtype!r}.")
 
 
 def distributed(cfg: Any) -> dict[str, Any]:
@@ -338,27 +252,6 @@ TORCH_NAMES = Option("torch_names", "Any", None, "the torch ``state_dict`` names
                      "``None``: torch's names. Numbers are unaffected.")
 
 
-def check_torch_names(cfg: Any, fn: str) -> None:
-    """Store ``cfg.torch_names`` as a sorted tuple of ``(default, name)`` string pairs (hashable);
-    ``TypeError`` unless it is None, a mapping or pairs of strings."""
-    names = getattr(cfg, "torch_names", None)
-    if names is None:
-        return
-    try:
-        items = list(names.items() if isinstance(names, Mapping) else names)
-        ok = bool(items) and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in items)
-        pairs = tuple(sorted(tuple(p) for p in items)) if ok else ()
-        ok = ok and all(isinstance(s, str) and s for p in pairs for s in p)
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise TypeError(
-            f"{fn}: `torch_names` must be None or a non-empty mapping from torch's parameter name to "
-            f"the class's (e.g. {{'weight': 'norm.weight'}}); received {names!r}."
-        )
-    object.__setattr__(cfg, "torch_names", pairs)
-
-
 USE_SCALE = Option("use_scale", "bool", True, "learnable ``scale`` (torch's ``elementwise_affine``).")
 USE_BIAS = Option("use_bias", "bool", True, "learnable ``bias`` (torch's ``bias``).")
 FEATURES = _req("features", "d, the size of ``x``'s last axis (with ``axis_name``: the local size).")
@@ -389,16 +282,16 @@ class Shape:
 
 
 def _infer_features(cfg: Any, x: Array, name: str, fn: str) -> tuple[int, ...]:
-    _checks.check_floating(x, fn, name)
+    _validate.check_floating(x, fn, name)
     pa = getattr(cfg, "param_axes", None)
-    axes = _checks.normalize_axes(cfg.axis, x.ndim, fn)
+    axes = _validate.normalize_axes(cfg.axis, x.ndim, fn)
     if pa is not None:  # the parameters' shape: x's sizes at param_axes
-        axes = _args.param_layout(fn, x.ndim, axes, pa) or axes
-    return _checks.feature_shape(x.shape, axes)
+        axes = _validate.param_layout(fn, x.ndim, axes, pa) or axes
+    return _validate.feature_shape(x.shape, axes)
 
 
 def _infer_last(cfg: Any, x: Array, name: str, fn: str) -> int:
-    _checks.check_floating(x, fn, name)
+    _validate.check_floating(x, fn, name)
     if x.ndim == 0:
         raise ValueError(f"{fn}: `{name}` must have a feature axis; received a scalar.")
     return int(x.shape[-1])
@@ -408,18 +301,18 @@ def _check_features(cfg: Any, x: Array, n: tuple[int, ...], fn: str) -> None:
     """:func:`check_num_features` at the axes the parameters span: ``param_axes`` where the kind
     has it and it is set, else ``axis``."""
     pa = getattr(cfg, "param_axes", None)
-    check_num_features(x, cfg.axis if pa is None else pa, n, fn, "axis" if pa is None else "param_axes")
+    _validate.check_num_features(x, cfg.axis if pa is None else pa, n, fn, "axis" if pa is None else "param_axes")
 
 
 NUM_FEATURES = Shape(
     "num_features", "int | tuple[int, ...]", "shape of ``x`` at ``axis`` (LayerNorm: at ``param_axes`` when set; an int for one axis).", 0,
-    feature_shape, _infer_features, _check_features,
+    _validate.num_features_shape, _infer_features, _check_features,
 )
 
 
 def _cond_features(input_name: str) -> Shape:
     return Shape("cond_features", "int", f"size of ``{input_name}``'s last axis.", 1,
-                 lambda v, fn: check_positive(v, "cond_features", fn), _infer_last)
+                 lambda v, fn: _validate.check_positive(v, "cond_features", fn), _infer_last)
 
 
 # --------------------------------------------------------------------------- LayerNorm
@@ -428,29 +321,13 @@ def _cond_features(input_name: str) -> Shape:
 AXIS = Option("axis", "Axis", -1, "axis or axes to normalize over; parameters have the shape of ``x`` there.")
 
 
-def check_param_axes(cfg: Any, fn: str) -> None:
-    """Store ``cfg.param_axes`` as an int or a tuple of ints (a list is frozen); ``TypeError``
-    otherwise. Its range and its relation to ``axis`` are checked against ``x`` at the call."""
-    pa = cfg.param_axes
-    if pa is None:
-        return
-    items = list(pa) if isinstance(pa, (list, tuple)) else [pa]
-    if not items or any(isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)) for a in items):
-        raise TypeError(
-            f"{fn}: `param_axes` must be None, an int or a non-empty tuple of ints (the axes of x the "
-            f"scale and bias span, e.g. (1, -1) for one LayerNorm per head of [batch, heads, seq, "
-            f"head_dim]); received {pa!r}."
-        )
-    object.__setattr__(cfg, "param_axes", tuple(int(a) for a in items) if isinstance(pa, (list, tuple)) else int(pa))
-
-
 def _check_layer_norm(cfg: Any) -> None:
-    _checks.check_eps(cfg.eps, "jln LayerNorm")
-    check_torch_names(cfg, "jln LayerNorm")
-    _check_common(cfg, "jln LayerNorm")
-    check_inits(cfg, "jln LayerNorm")
+    _validate.check_eps(cfg.eps, "jln LayerNorm")
+    _validate.check_torch_names(cfg, "jln LayerNorm")
+    _validate.check_module_options(cfg, "jln LayerNorm")
+    _validate.check_inits(cfg, "jln LayerNorm")
     resolve_ln(cfg.convention, "jln LayerNorm")
-    check_param_axes(cfg, "jln LayerNorm")
+    _validate.check_param_axes(cfg, "jln LayerNorm")
     if cfg.zero_centered and not cfg.use_scale:
         raise ValueError(
             "jln LayerNorm: zero_centered=True multiplies by `1 + scale`, so it needs use_scale=True; "
@@ -524,17 +401,17 @@ def _canonical(cfg: Any) -> str:
 def _check_rms_norm(cfg: Any) -> None:
     fn = "jln RMSNorm"
     resolve_convention(cfg.convention, fn)
-    check_torch_names(cfg, fn)
-    check_inits(cfg, fn)
+    _validate.check_torch_names(cfg, fn)
+    _validate.check_inits(cfg, fn)
     if cfg.eps is not None:
-        _checks.check_eps(cfg.eps, fn)
+        _validate.check_eps(cfg.eps, fn)
     if cfg.use_bias and (_canonical(cfg) != "diffusers" or not cfg.use_scale):
         raise ValueError(
             f"{fn}: use_bias=True is only defined for convention='diffusers' with "
             f"use_scale=True (diffusers' RMSNorm with bias); received "
             f"convention={cfg.convention!r}, use_scale={cfg.use_scale}."
         )
-    _check_common(cfg, fn)
+    _validate.check_module_options(cfg, fn)
 
 
 RMSNormConfig = make_config(
@@ -571,14 +448,14 @@ def apply_rms_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
 def _check_gated_rms_norm(cfg: Any) -> None:
     fn = "jln GatedRMSNorm"
     resolve_gated(cfg.convention, fn)
-    _checks.check_choice(cfg.activation, "activation", GATED_ACTIVATIONS, fn)
-    _checks.check_eps(cfg.eps, fn)
+    _validate.check_choice(cfg.activation, "activation", GATED_ACTIVATIONS, fn)
+    _validate.check_eps(cfg.eps, fn)
     if cfg.group_size is not None:
-        object.__setattr__(cfg, "group_size", check_positive(cfg.group_size, "group_size", fn))
+        object.__setattr__(cfg, "group_size", _validate.check_positive(cfg.group_size, "group_size", fn))
     if cfg.norm_before_gate is not None and not isinstance(cfg.norm_before_gate, (bool, np.bool_)):
         raise TypeError(f"{fn}: `norm_before_gate` must be True, False or None; received {cfg.norm_before_gate!r}.")
-    check_inits(cfg, fn, ("scale_init",))
-    _check_common(cfg, fn)
+    _validate.check_inits(cfg, fn, ("scale_init",))
+    _validate.check_module_options(cfg, fn)
 
 
 GatedRMSNormConfig = make_config(
@@ -618,16 +495,16 @@ def apply_gated_rms_norm(params: Params, x: Array, cfg: Any, gate: Array | None 
 
 def _check_adaptive_layer_norm(cfg: Any) -> None:
     fn = "jln AdaptiveLayerNorm"
-    check_inits(cfg, fn, ("scale_init", "bias_init", "proj_kernel_init", "proj_bias_init"))
-    set_positive(cfg, ("features",), fn)
+    _validate.check_inits(cfg, fn, ("scale_init", "bias_init", "proj_kernel_init", "proj_bias_init"))
+    _validate.set_positive(cfg, ("features",), fn)
     names = resolve_order(cfg.order, fn)
     if not {"shift", "scale"} <= set(names):
         raise ValueError(
             f"{fn}: `order` must name a 'shift' and a 'scale' chunk (e.g. 'seed', "
             f"'dit_final', 'continuous'); received {cfg.order!r} = {names}."
         )
-    _checks.check_eps(cfg.eps, fn)
-    _check_common(cfg, fn)
+    _validate.check_eps(cfg.eps, fn)
+    _validate.check_module_options(cfg, fn)
 
 
 #: tensor parallelism of the adaptive norms (the feature axis split over ``axis_name``)
@@ -666,7 +543,7 @@ def adaptive_layer_norm_specs(cfg: Any, cond_features: int) -> dict[str, Any]:
 def apply_adaptive_layer_norm(params: Params, x: Array, cond: Array, cfg: Any) -> tuple[Array, Stats]:
     """The seed's AdaptiveLN: ``LN(x) * (1 + gamma) + beta``, ``(gamma, beta) = proj(cond)``."""
     fn = "jln AdaptiveLayerNorm"
-    _checks.check_floating(x, fn)
+    _validate.check_floating(x, fn)
     dt = compute_dtype(cfg.dtype, x)
     xi = _cast_in(x, cfg.dtype)
     emb = dense(params["proj"], cond, dt, fn, "cond")
@@ -693,17 +570,17 @@ ZERO_NORM_TYPES = ("layer_norm", "rms_norm", "fp32_rms_norm")
 
 def _check_ada_ln_zero(cfg: Any) -> None:
     fn = "jln AdaLNZero"
-    check_inits(cfg, fn, ("linear_kernel_init", "linear_bias_init", "scale_init", "bias_init"))
-    set_positive(cfg, ("features",), fn)
+    _validate.check_inits(cfg, fn, ("linear_kernel_init", "linear_bias_init", "scale_init", "bias_init"))
+    _validate.set_positive(cfg, ("features",), fn)
     if cfg.num_chunks not in ZERO_LAYOUTS:
         raise ValueError(
             f"{fn}: `num_chunks` must be 6 (DiT / AdaLayerNormZero), 3 (AdaLayerNormZeroSingle), "
             f"9 (SD35AdaLayerNormZeroX) or 4 (LuminaRMSNormZero / MochiRMSNormZero); received "
             f"{cfg.num_chunks!r}."
         )
-    _checks.check_choice(cfg.norm_type, "norm_type", ZERO_NORM_TYPES, fn)
-    _checks.check_eps(cfg.eps, fn)
-    _check_common(cfg, fn)
+    _validate.check_choice(cfg.norm_type, "norm_type", ZERO_NORM_TYPES, fn)
+    _validate.check_eps(cfg.eps, fn)
+    _validate.check_module_options(cfg, fn)
 
 
 AdaLNZeroConfig = make_config(
@@ -764,8 +641,8 @@ def modulated_norm(
 def apply_ada_ln_zero(params: Params, x: Array, emb: Array, cfg: Any) -> tuple[tuple[Array, ...], Stats]:
     """adaLN-Zero: ``chunks = linear(SiLU(emb))``; ``norm(x) * (1 + scale_msa) + shift_msa``."""
     fn = "jln AdaLNZero"
-    _checks.check_floating(x, fn)
-    _checks.check_floating(emb, fn, "emb")
+    _validate.check_floating(x, fn)
+    _validate.check_floating(emb, fn, "emb")
     # diffusers runs the projection in the condition's dtype (its gates come back in it)
     dt = compute_dtype(cfg.dtype, emb)
     xi = _cast_in(x, cfg.dtype)
@@ -794,10 +671,10 @@ PROJECT_IN = ("x", "cond")
 
 def _check_ada_ln_continuous(cfg: Any) -> None:
     fn = "jln AdaLNContinuous"
-    check_inits(cfg, fn, ("scale_init", "bias_init", "linear_kernel_init", "linear_bias_init"))
-    set_positive(cfg, ("features",), fn)
-    _checks.check_choice(cfg.norm_type, "norm_type", NORM_TYPES, fn)
-    _checks.check_choice(cfg.project_in, "project_in", PROJECT_IN, fn)
+    _validate.check_inits(cfg, fn, ("scale_init", "bias_init", "linear_kernel_init", "linear_bias_init"))
+    _validate.set_positive(cfg, ("features",), fn)
+    _validate.check_choice(cfg.norm_type, "norm_type", NORM_TYPES, fn)
+    _validate.check_choice(cfg.project_in, "project_in", PROJECT_IN, fn)
     names = resolve_order(cfg.order, fn)
     if not names or not set(names) <= {"shift", "scale"}:
         raise ValueError(
@@ -806,8 +683,8 @@ def _check_ada_ln_continuous(cfg: Any) -> None:
             f"{cfg.order!r} = {names}."
         )
     check_activation(cfg.activation, fn)
-    _checks.check_eps(cfg.eps, fn)
-    _check_common(cfg, fn)
+    _validate.check_eps(cfg.eps, fn)
+    _validate.check_module_options(cfg, fn)
 
 
 AdaLNContinuousConfig = make_config(
@@ -847,8 +724,8 @@ def ada_ln_continuous_specs(cfg: Any, cond_features: int) -> dict[str, Any]:
 def apply_ada_ln_continuous(params: Params, x: Array, cond: Array, cfg: Any) -> tuple[Array, Stats]:
     """SD3/Flux ``norm_out``: ``(scale, shift) = linear(SiLU(cond))``; ``norm(x) * (1 + scale) + shift``."""
     fn = "jln AdaLNContinuous"
-    _checks.check_floating(x, fn)
-    _checks.check_floating(cond, fn, "cond")
+    _validate.check_floating(x, fn)
+    _validate.check_floating(cond, fn, "cond")
     dt = compute_dtype(cfg.dtype, x if cfg.project_in == "x" else cond)
     xi = _cast_in(x, cfg.dtype)
     h = dense(params["linear"], activate(cfg.activation, cond).astype(dt), dt, fn, "cond")
@@ -971,8 +848,8 @@ ACTIVATIONS = ("relu", "gelu")
 
 def _check_encoder_layer(cfg: Any) -> None:
     fn = "jln TransformerEncoderLayer"
-    check_inits(cfg, fn, ("kernel_init", "bias_init"))
-    set_positive(cfg, ("d_model", "nhead", "dim_feedforward"), fn)
+    _validate.check_inits(cfg, fn, ("kernel_init", "bias_init"))
+    _validate.set_positive(cfg, ("d_model", "nhead", "dim_feedforward"), fn)
     if cfg.d_model % cfg.nhead:
         raise ValueError(
             f"{fn}: `d_model` must be divisible by `nhead`; received d_model={cfg.d_model}, "
@@ -980,9 +857,9 @@ def _check_encoder_layer(cfg: Any) -> None:
         )
     if not 0.0 <= float(cfg.dropout) < 1.0:
         raise ValueError(f"{fn}: `dropout` must be in [0, 1); received {cfg.dropout!r}.")
-    _checks.check_choice(cfg.activation, "activation", ACTIVATIONS, fn)
-    _checks.check_eps(cfg.layer_norm_eps, fn)
-    _check_common(cfg, fn)
+    _validate.check_choice(cfg.activation, "activation", ACTIVATIONS, fn)
+    _validate.check_eps(cfg.layer_norm_eps, fn)
+    _validate.check_module_options(cfg, fn)
 
 
 _TORCH = "as torch's ``nn.TransformerEncoderLayer``"
@@ -1043,7 +920,7 @@ def apply_encoder_layer(
     branch before the residual.
     """
     fn = "jln TransformerEncoderLayer"
-    _checks.check_floating(src, fn, "src")
+    _validate.check_floating(src, fn, "src")
     layout = "[batch, seq, d_model]" if cfg.batch_first else "[seq, batch, d_model]"
     if src.ndim not in (2, 3) or src.shape[-1] != cfg.d_model:
         raise ValueError(
@@ -1103,8 +980,8 @@ def apply_encoder_layer(
 
 def _check_dit_block(cfg: Any) -> None:
     fn = "jln DiTBlock"
-    check_inits(cfg, fn, ("kernel_init", "bias_init"))
-    set_positive(cfg, ("hidden_size", "num_heads"), fn)
+    _validate.check_inits(cfg, fn, ("kernel_init", "bias_init"))
+    _validate.set_positive(cfg, ("hidden_size", "num_heads"), fn)
     if cfg.hidden_size % cfg.num_heads:
         raise ValueError(
             f"{fn}: `hidden_size` must be divisible by `num_heads`; received "
@@ -1118,7 +995,7 @@ def _check_dit_block(cfg: Any) -> None:
             f"received hidden_size={cfg.hidden_size}, mlp_ratio={cfg.mlp_ratio!r}, which give "
             f"{_mlp_hidden(cfg)}. Use a larger mlp_ratio (DiT uses 4.0)."
         )
-    _check_common(cfg, fn)
+    _validate.check_module_options(cfg, fn)
 
 
 def _mlp_hidden(cfg: Any) -> int:
@@ -1158,8 +1035,8 @@ def dit_block_specs(cfg: Any) -> dict[str, Any]:
 def apply_dit_block(params: Params, x: Array, c: Array, cfg: Any) -> tuple[Array, Stats]:
     """DiT block with adaLN-Zero; the identity at initialisation (zero gates)."""
     fn = "jln DiTBlock"
-    _checks.check_floating(x, fn)
-    _checks.check_floating(c, fn, "c")
+    _validate.check_floating(x, fn)
+    _validate.check_floating(c, fn, "c")
     if x.ndim != 3 or x.shape[-1] != cfg.hidden_size:
         raise ValueError(
             f"{fn}: `x` must have shape [batch, tokens, hidden_size={cfg.hidden_size}]; "

@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jln import _checks
 from jln import _modules as M
+from jln import _validate
 from jln._lp import _check_p, global_response_norm, lp_normalize
 from jln._modules import (
     _LINEN,
@@ -42,17 +42,13 @@ from jln._modules import (
     Stats,
     _cast_in,
     _cast_out,
-    _check_common,
     _dense_inits,
     _record,
-    check_inits,
-    check_positive,
     compute_dtype,
     dense,
     dense_specs,
     make_config,
     modulated_norm,
-    set_positive,
     silu,
     zeros,
 )
@@ -64,13 +60,13 @@ Array = jax.Array
 
 def _check_joint(cfg: Any) -> None:
     fn = "jln AdaLNZeroJoint"
-    check_inits(cfg, fn, ("scale_init", "bias_init", "linear_kernel_init", "linear_bias_init"))
-    set_positive(cfg, ("features",), fn)
+    _validate.check_inits(cfg, fn, ("scale_init", "bias_init", "linear_kernel_init", "linear_bias_init"))
+    _validate.set_positive(cfg, ("features",), fn)
     if cfg.num_chunks not in (6, 12):
         raise ValueError(f"{fn}: `num_chunks` must be 6 (CogVideoX) or 12 (CogView3-Plus); received "
                          f"{cfg.num_chunks!r}.")
     if cfg.layout is not None:
-        _checks.check_choice(cfg.layout, "layout", tuple(JOINT_LAYOUTS), fn)
+        _validate.check_choice(cfg.layout, "layout", tuple(JOINT_LAYOUTS), fn)
         if JOINT_LAYOUTS[cfg.layout][0] != cfg.num_chunks:
             raise ValueError(f"{fn}: layout={cfg.layout!r} splits the projection into "
                              f"{JOINT_LAYOUTS[cfg.layout][0]} chunks; received num_chunks={cfg.num_chunks}.")
@@ -78,8 +74,8 @@ def _check_joint(cfg: Any) -> None:
     if cfg.num_chunks == 12 and cfg.elementwise_affine:
         raise ValueError(f"{fn}: num_chunks=12 (CogView3-Plus: two LayerNorms without affine) takes "
                          f"elementwise_affine=False.")
-    _checks.check_eps(cfg.eps, fn)
-    _check_common(cfg, fn)
+    _validate.check_eps(cfg.eps, fn)
+    _validate.check_module_options(cfg, fn)
 
 
 _DIT12_AFTER = (("gate_msa", "shift_mlp", "scale_mlp", "gate_mlp"),
@@ -134,7 +130,7 @@ def apply_joint(params: Params, x: Array, context: Array, emb: Array, cfg: Any) 
     the one LayerNorm modulates ``x`` and ``context`` with their own chunks."""
     fn = "jln AdaLNZeroJoint"
     for v, name in ((x, "x"), (context, "context"), (emb, "emb")):
-        _checks.check_floating(v, fn, name)
+        _validate.check_floating(v, fn, name)
     dt = compute_dtype(cfg.dtype, emb)
     xi, ci = _cast_in(x, cfg.dtype), _cast_in(context, cfg.dtype)
     h = dense(params["linear"], M.activate(cfg.activation, emb).astype(dt), dt, fn, "emb")
@@ -173,7 +169,7 @@ ADA_LN_ZERO_JOINT = Kind(
               "jnp.ones((2, 3, 8)), jnp.ones((2, 4))))\n  4"),
     rngs_doc="``nnx.Rngs`` for the Dense kernel init.",
     shapes=(Shape("cond_features", "int", "size of ``emb``'s last axis.", 2,
-                  lambda v, fn: check_positive(v, "cond_features", fn), M._infer_last),),
+                  lambda v, fn: _validate.check_positive(v, "cond_features", fn), M._infer_last),),
     positional=1,
 )
 
@@ -182,18 +178,18 @@ ADA_LN_ZERO_JOINT = Kind(
 
 def _check_scale(cfg: Any) -> None:
     fn = "jln AdaLNScale"
-    check_inits(cfg, fn, ("scale_init", "bias_init", "linear_kernel_init", "linear_bias_init"))
-    set_positive(cfg, ("features",), fn)
+    _validate.check_inits(cfg, fn, ("scale_init", "bias_init", "linear_kernel_init", "linear_bias_init"))
+    _validate.set_positive(cfg, ("features",), fn)
     if cfg.out_features is not None:
-        object.__setattr__(cfg, "out_features", check_positive(cfg.out_features, "out_features", fn))
-    _checks.check_choice(cfg.norm_type, "norm_type", M.ZERO_NORM_TYPES, fn)
+        object.__setattr__(cfg, "out_features", _validate.check_positive(cfg.out_features, "out_features", fn))
+    _validate.check_choice(cfg.norm_type, "norm_type", M.ZERO_NORM_TYPES, fn)
     if cfg.norm_type == "fp32_rms_norm" and cfg.elementwise_affine:
         raise ValueError(
             f"{fn}: norm_type='fp32_rms_norm' (Mochi's modulated RMSNorm) has no weight; build it "
             f"with elementwise_affine=False."
         )
-    _checks.check_eps(cfg.eps, fn)
-    _check_common(cfg, fn)
+    _validate.check_eps(cfg.eps, fn)
+    _validate.check_module_options(cfg, fn)
 
 
 AdaLNScaleConfig = make_config(
@@ -228,8 +224,8 @@ def scale_specs(cfg: Any, cond_features: int) -> dict[str, Any]:
 def apply_scale(params: Params, x: Array, cond: Array, cfg: Any) -> tuple[Array, Stats]:
     """``norm(x) * (1 + linear_1(SiLU(cond)))``, then ``linear_2``."""
     fn = "jln AdaLNScale"
-    _checks.check_floating(x, fn)
-    _checks.check_floating(cond, fn, "cond")
+    _validate.check_floating(x, fn)
+    _validate.check_floating(cond, fn, "cond")
     dt = compute_dtype(cfg.dtype, x)  # diffusers casts SiLU(cond) to x's dtype
     xi = _cast_in(x, cfg.dtype)
     h = dense(params["linear_1"], silu(cond).astype(dt), dt, fn, "cond")
@@ -255,7 +251,7 @@ ADA_LN_SCALE = Kind(
               "jnp.ones((2, 4))).shape\n  (2, 5, 8)"),
     rngs_doc="``nnx.Rngs`` for the Dense kernel init.",
     shapes=(Shape("cond_features", "int", "size of ``cond``'s last axis.", 1,
-                  lambda v, fn: check_positive(v, "cond_features", fn), M._infer_last),),
+                  lambda v, fn: _validate.check_positive(v, "cond_features", fn), M._infer_last),),
     positional=1,
 )
 
@@ -269,9 +265,9 @@ def _check_grn(cfg: Any) -> None:
     fn = "jln GlobalResponseNorm"
     if isinstance(cfg.spatial_axes, list):
         object.__setattr__(cfg, "spatial_axes", tuple(cfg.spatial_axes))
-    _checks.check_eps(cfg.eps, fn)
-    check_inits(cfg, fn, ("gamma_init", "beta_init"))
-    _check_common(cfg, fn)
+    _validate.check_eps(cfg.eps, fn)
+    _validate.check_inits(cfg, fn, ("gamma_init", "beta_init"))
+    _validate.check_module_options(cfg, fn)
 
 
 GlobalResponseNormConfig = make_config(
@@ -298,7 +294,7 @@ def apply_grn(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
 
 
 def _check_channels(cfg: Any, x: Array, n: int, fn: str) -> None:
-    _checks.check_floating(x, fn)
+    _validate.check_floating(x, fn)
     if x.ndim == 0 or x.shape[-1] != n:
         raise ValueError(
             f"{fn}: the module was built for {n} channels (x's last axis); received "
@@ -320,7 +316,7 @@ GLOBAL_RESPONSE_NORM = Kind(
               _NNX + "  >>> jnnx.GlobalResponseNorm(8)(jnp.ones((1, 4, 4, 8))).shape\n  (1, 4, 4, 8)"),
     rngs_doc=_NORM_RNGS,
     shapes=(Shape("num_features", "int", "channels, ``x``'s last axis.", 0,
-                  lambda v, fn: check_positive(v, "num_features", fn), M._infer_last, _check_channels),),
+                  lambda v, fn: _validate.check_positive(v, "num_features", fn), M._infer_last, _check_channels),),
 )
 
 # --------------------------------------------------------------------------- LpNorm
@@ -331,7 +327,7 @@ def _check_lp(cfg: Any) -> None:
     _check_p(cfg.p, fn)
     if isinstance(cfg.axis, list):
         object.__setattr__(cfg, "axis", tuple(cfg.axis))
-    _checks.check_eps(cfg.eps, fn)
+    _validate.check_eps(cfg.eps, fn)
     if cfg.dtype is not None and not jnp.issubdtype(jnp.dtype(cfg.dtype), jnp.floating):
         raise TypeError(f"{fn}: `dtype` must be a floating dtype or None; received {cfg.dtype!r}.")
 
@@ -392,15 +388,15 @@ def timestep_embedding(t: Array, channels: int = TIME_CHANNELS, *, max_period: f
 
 def _check_single(cfg: Any) -> None:
     fn = "jln AdaLNSingle"
-    check_inits(cfg, fn, ("kernel_init", "bias_init"))
-    set_positive(cfg, ("features", "num_chunks"), fn)
+    _validate.check_inits(cfg, fn, ("kernel_init", "bias_init"))
+    _validate.set_positive(cfg, ("features", "num_chunks"), fn)
     if cfg.use_additional_conditions and cfg.features % 3:
         raise ValueError(
             f"{fn}: with use_additional_conditions the resolution (2 values) and aspect ratio embed "
             f"into features // 3 each and must add up to `features`, so `features` must be a multiple "
             f"of 3; received {cfg.features}."
         )
-    _check_common(cfg, fn)
+    _validate.check_module_options(cfg, fn)
 
 
 AdaLNSingleConfig = make_config(

@@ -24,8 +24,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _checks, _stats
 from jln import _modules as M
+from jln import _stats, _validate
 from jln._adaptive import adaptive_layer_norm, adaptive_rms_norm, modulate, resolve_order
 from jln._batch_norm import group_norm
 from jln._layer_norm import layer_norm
@@ -48,18 +48,14 @@ from jln._modules import (
     Stats,
     _cast_in,
     _cast_out,
-    _check_common,
     _dense_inits,
     _record,
     activate,
     check_activation,
-    check_inits,
-    check_positive,
     compute_dtype,
     dense,
     dense_specs,
     make_config,
-    set_positive,
 )
 from jln._rms_norm import rms_norm
 
@@ -68,7 +64,7 @@ Array = jax.Array
 
 def _cond_shape(name: str) -> Shape:
     return Shape("cond_features", "int", f"size of ``{name}``'s last axis.", 1,
-                 lambda v, fn: check_positive(v, "cond_features", fn), M._infer_last)
+                 lambda v, fn: _validate.check_positive(v, "cond_features", fn), M._infer_last)
 
 
 def _token_axis(g: Array) -> Array:
@@ -85,15 +81,15 @@ PROJ_NAMES = ("linear", "context_mlp")
 
 def _check_group(cfg: Any) -> None:
     fn = "jln AdaGroupNorm"
-    check_inits(cfg, fn, ("linear_kernel_init", "linear_bias_init"))
-    set_positive(cfg, ("features", "num_groups"), fn)
+    _validate.check_inits(cfg, fn, ("linear_kernel_init", "linear_bias_init"))
+    _validate.set_positive(cfg, ("features", "num_groups"), fn)
     if cfg.features % cfg.num_groups:
         raise ValueError(f"{fn}: `num_groups` must divide `features` (the channels); received "
                          f"num_groups={cfg.num_groups}, features={cfg.features}.")
     check_activation(cfg.activation, fn)
-    _checks.check_choice(cfg.proj_name, "proj_name", PROJ_NAMES, fn)
-    _checks.check_eps(cfg.eps, fn)
-    _check_common(cfg, fn)
+    _validate.check_choice(cfg.proj_name, "proj_name", PROJ_NAMES, fn)
+    _validate.check_eps(cfg.eps, fn)
+    _validate.check_module_options(cfg, fn)
 
 
 AdaGroupNormConfig = make_config(
@@ -119,8 +115,8 @@ def group_specs(cfg: Any, cond_features: int) -> dict[str, Any]:
 def apply_group(params: Params, x: Array, emb: Array, cfg: Any) -> tuple[Array, Stats]:
     """``(scale, shift) = linear(act(emb))``; ``group_norm(x) * (1 + scale) + shift``."""
     fn = "jln AdaGroupNorm"
-    _checks.check_floating(x, fn)
-    _checks.check_floating(emb, fn, "emb")
+    _validate.check_floating(x, fn)
+    _validate.check_floating(emb, fn, "emb")
     if emb.ndim != 2 or x.ndim < 2 or x.shape[0] != emb.shape[0]:
         raise ValueError(f"{fn}: `emb` must be [B, cond_features] for x [B, C, *spatial] (torch broadcasts "
                          f"emb[:, :, None, None]); received emb.shape={tuple(emb.shape)}, "
@@ -160,13 +156,13 @@ ADA_GROUP_NORM = Kind(
 
 def _check_table(cfg: Any) -> None:
     fn = "jln AdaLNTable"
-    check_inits(cfg, fn)
-    set_positive(cfg, ("features",), fn)
+    _validate.check_inits(cfg, fn)
+    _validate.set_positive(cfg, ("features",), fn)
     names = resolve_order(cfg.order, fn)
     if not set(names) & {"shift", "scale"}:
         raise ValueError(f"{fn}: `order` must name a 'shift' and/or a 'scale' row; received {cfg.order!r}.")
-    _checks.check_eps(cfg.eps, fn)
-    _check_common(cfg, fn)
+    _validate.check_eps(cfg.eps, fn)
+    _validate.check_module_options(cfg, fn)
 
 
 AdaLNTableConfig = make_config(
@@ -193,9 +189,9 @@ def apply_table(params: Params, x: Array, temb: Array, scale_shift_table: Array,
     """``(shift, scale) = scale_shift_table + temb`` (each row, in their promoted dtype);
     ``LN(x) * (1 + scale) + shift``."""
     fn = "jln AdaLNTable"
-    _checks.check_floating(x, fn)
-    _checks.check_floating(temb, fn, "temb")
-    _checks.check_floating(scale_shift_table, fn, "scale_shift_table")
+    _validate.check_floating(x, fn)
+    _validate.check_floating(temb, fn, "temb")
+    _validate.check_floating(scale_shift_table, fn, "scale_shift_table")
     names = resolve_order(cfg.order, fn)
     table, d = jnp.asarray(scale_shift_table), cfg.features
     if table.shape != (len(names), d) or temb.ndim < 1 or temb.shape[-1] != d:
@@ -238,8 +234,8 @@ ADA_LN_TABLE = Kind(
 
 def _check_modulated(cfg: Any) -> None:
     fn = "jln ModulatedRMSNorm"
-    _checks.check_eps(cfg.eps, fn)
-    _check_common(cfg, fn)
+    _validate.check_eps(cfg.eps, fn)
+    _validate.check_module_options(cfg, fn)
 
 
 ModulatedRMSNormConfig = make_config(
@@ -256,7 +252,7 @@ def modulated_specs(cfg: Any) -> dict[str, Any]:
 def apply_modulated(params: Params, x: Array, cfg: Any, scale: Array | None = None) -> tuple[Array, Stats]:
     """``(rms_norm(f32(x)) * f32(scale))`` rounded once to ``x.dtype``."""
     fn = "jln ModulatedRMSNorm"
-    _checks.check_floating(x, fn)
+    _validate.check_floating(x, fn)
     xi = _cast_in(x, cfg.dtype)
     if scale is None:
         y = rms_norm(xi.astype(jnp.float32), eps=cfg.eps, convention="diffusers", impl=cfg.impl).astype(xi.dtype)
@@ -286,10 +282,10 @@ MODULATED_RMS_NORM = Kind(
 
 def _check_ada_rms(cfg: Any) -> None:
     fn = "jln AdaRMSNorm"
-    check_inits(cfg, fn, ("kernel_init", "bias_init"))
-    set_positive(cfg, ("features",), fn)
-    _checks.check_eps(cfg.eps, fn)
-    _check_common(cfg, fn)
+    _validate.check_inits(cfg, fn, ("kernel_init", "bias_init"))
+    _validate.set_positive(cfg, ("features",), fn)
+    _validate.check_eps(cfg.eps, fn)
+    _validate.check_module_options(cfg, fn)
 
 
 AdaRMSNormConfig = make_config(
@@ -308,8 +304,8 @@ def ada_rms_specs(cfg: Any, cond_features: int) -> dict[str, Any]:
 def apply_ada_rms(params: Params, x: Array, cond: Array, cfg: Any) -> tuple[tuple[Array, Array], Stats]:
     """``(scale, shift, gate) = dense(cond)``; ``rms(f32(x)) * (1 + f32(scale)) + f32(shift)``."""
     fn = "jln AdaRMSNorm"
-    _checks.check_floating(x, fn)
-    _checks.check_floating(cond, fn, "cond")
+    _validate.check_floating(x, fn)
+    _validate.check_floating(cond, fn, "cond")
     if cond.ndim != 2:
         raise ValueError(f"{fn}: `cond` must be [B, cond_features] (torch takes dense(cond)[:, None, :]); "
                          f"received cond.shape={tuple(cond.shape)}.")
@@ -345,10 +341,10 @@ ADA_RMS_NORM = Kind(
 
 def _check_sigmoid_gate(cfg: Any) -> None:
     fn = "jln AdaLNSigmoidGate"
-    check_inits(cfg, fn, ("scale_init", "kernel_init", "bias_init"))
-    set_positive(cfg, ("features",), fn)
-    _checks.check_eps(cfg.eps, fn)
-    _check_common(cfg, fn)
+    _validate.check_inits(cfg, fn, ("scale_init", "kernel_init", "bias_init"))
+    _validate.set_positive(cfg, ("features",), fn)
+    _validate.check_eps(cfg.eps, fn)
+    _validate.check_module_options(cfg, fn)
 
 
 AdaLNSigmoidGateConfig = make_config(
@@ -371,8 +367,8 @@ def sigmoid_gate_specs(cfg: Any, cond_features: int) -> dict[str, Any]:
 def apply_sigmoid_gate(params: Params, x: Array, cond: Array, cfg: Any) -> tuple[Array, Stats]:
     """``c = LN(cond) * w``; ``sigmoid(gate_proj(c)) * LN(f32(x)) + shift_proj(c)``, rounded once."""
     fn = "jln AdaLNSigmoidGate"
-    _checks.check_floating(x, fn)
-    _checks.check_floating(cond, fn, "cond")
+    _validate.check_floating(x, fn)
+    _validate.check_floating(cond, fn, "cond")
     dt = compute_dtype(cfg.dtype, cond)
     xi = _cast_in(x, cfg.dtype)
     c = layer_norm(cond.astype(dt), params["cond_norm"]["scale"], eps=cfg.eps, impl=cfg.impl)

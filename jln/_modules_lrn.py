@@ -8,8 +8,8 @@ from typing import Any
 
 import jax
 
-from jln import _checks
 from jln import _modules as M
+from jln import _validate
 from jln._lrn import _number, local_response_norm
 
 Array = jax.Array
@@ -17,15 +17,15 @@ Array = jax.Array
 
 def _check(cfg: Any) -> None:
     fn = "jln LocalResponseNorm"
-    M.set_positive(cfg, ("size",), fn)
+    _validate.set_positive(cfg, ("size",), fn)
     for name in ("alpha", "beta", "k"):
         _number(getattr(cfg, name), name, fn)
     ch = cfg.channel_axis
     if isinstance(ch, bool) or not isinstance(ch, int):
         raise TypeError(f"{fn}: `channel_axis` must be an int (1 for NCHW, -1 for NHWC); received {ch!r}.")
-    _checks.check_choice(cfg.impl, "impl", ("auto", "xla"), fn)
+    _validate.check_choice(cfg.impl, "impl", ("auto", "xla"), fn)
     if cfg.dtype is not None:
-        M._check_common(cfg, fn)
+        _validate.check_module_options(cfg, fn)
 
 
 LocalResponseNormConfig = M.make_config(

@@ -9,11 +9,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _args, _checks, _dispatch, _eager
-from jln._checks import Axis
+from jln import _dispatch, _eager, _validate
 from jln._contract import rms_norm as contract
 from jln._contract.rms_norm import CONVENTIONS as CONVENTIONS
 from jln._contract.rms_norm import RMSNormSpec
+from jln._validate import Axis
 
 Array = jax.Array
 
@@ -23,7 +23,7 @@ def _spec(
     impl: str, axis_name: Any, axis_index_groups: Any,
 ) -> tuple[RMSNormSpec, Array | None, Array | None]:
     """Validate an RMSNorm call; return its spec and the operands laid out against ``x``."""
-    axes, s, b = _args.params(fn, x, scale, bias, axis)
+    axes, _, s, b = _validate.norm_layout(fn, x, scale, bias, axis)
     conv = contract.resolve_convention(convention, fn)
     if bias is not None and conv != "diffusers":
         raise ValueError(
@@ -32,12 +32,12 @@ def _spec(
         )
     if bias is not None and scale is None:
         raise ValueError(f"{fn}: diffusers' RMSNorm adds `bias` only together with `scale`; pass both.")
-    eps_f = contract.default_eps(conv, io_dtype) if eps is None else _checks.check_eps(eps, fn)
+    eps_f = contract.default_eps(conv, io_dtype) if eps is None else _validate.check_eps(eps, fn)
     scale_dtype = None if s is None else s.dtype
     out = contract.output_dtype(conv, io_dtype, scale_dtype, None if b is None else b.dtype)
     spec = RMSNormSpec(
         axes=axes, eps=eps_f, convention=conv, io_dtype=jnp.dtype(io_dtype), out_dtype=out,
-        scale_dtype=scale_dtype, has_bias=b is not None, **_args.dist(fn, impl, axis_name, axis_index_groups),
+        scale_dtype=scale_dtype, has_bias=b is not None, **_validate.dist(fn, impl, axis_name, axis_index_groups),
     )
     return spec, s, b
 
@@ -174,7 +174,7 @@ def add_rms_norm(
       (Array([2., 2., 2.], dtype=float32), dtype('float32'))
     """
     fn = "jln.add_rms_norm"
-    s = _args.residual_sum(fn, x, residual, residual_in_fp32)
+    s = _validate.residual_sum(fn, x, residual, residual_in_fp32)
     # the norm reads s unrounded (float32 with residual_in_fp32); its result takes the dtype
     # the convention gives for an x.dtype input
     spec, sc, _ = _spec(fn, s, scale, None, axis, eps, convention, x.dtype, impl, axis_name, axis_index_groups)

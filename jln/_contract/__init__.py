@@ -12,6 +12,8 @@ is a new module here, its public function and a registry entry.
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import jax
@@ -85,6 +87,13 @@ class NormSpec:
         """This spec on the local blocks of a ``shard_map`` whose mesh axes ``axis_name`` split
         the normalized axes (``None``: only the rows are split)."""
         return dataclasses.replace(self, axis_name=axis_name, axis_index_groups=None)
+
+
+def rows_and_width(shape: Sequence[int], n_axes: int) -> tuple[int, int]:
+    """``(rows, n)`` of an array of ``shape`` whose last ``n_axes`` axes are normalized: the
+    layout every kernel takes (``[rows, n]``)."""
+    k = len(shape) - n_axes
+    return math.prod(shape[:k]), math.prod(shape[k:])
 
 
 def add_in(x: Array, residual: Array, dtype: Any) -> Array:

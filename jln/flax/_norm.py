@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _checks, _dispatch, _stats
+from jln import _dispatch, _stats, _validate
 from jln._contract.layer_norm import LayerNormSpec
 from jln._contract.rms_norm import RMSNormSpec
 
@@ -36,7 +36,7 @@ def canonical_axes(axes: Any, ndim: int, fn: str, what: str) -> tuple[int, ...]:
         merged = sorted({int(a) + ndim if int(a) < 0 else int(a) for a in axes})
     except TypeError as e:
         raise TypeError(f"{fn}: {what} must be an int or a sequence of ints; got {axes!r}.") from e
-    return _checks.normalize_axes(tuple(merged), ndim, fn)
+    return _validate.normalize_axes(tuple(merged), ndim, fn)
 
 
 def feature_shape(x_shape: tuple[int, ...], feature_axes: tuple[int, ...]) -> tuple[int, ...]:
@@ -107,8 +107,8 @@ def normalize(
     faxes = canonical_axes(feature_axes, x.ndim, fn, "feature_axes")
     fshape = feature_shape(x.shape, faxes)
     ops = tuple(None if p is None else jnp.reshape(p, fshape) for p in (scale, bias))
-    name, groups = _checks.check_axis_name(axis_name, axis_index_groups, fn)
-    eps = _checks.check_eps(epsilon, fn)
+    name, groups = _validate.check_axis_name(axis_name, axis_index_groups, fn)
+    eps = _validate.check_eps(epsilon, fn)
     compute = jnp.dtype(compute_dtype)
     if not jnp.issubdtype(x.dtype, jnp.floating) or (
         compute == jnp.float64 and _stats.stats_dtype(x.dtype) != jnp.float64

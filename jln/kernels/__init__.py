@@ -48,8 +48,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jln import _checks, _distributed
-from jln._contract import NormSpec
+from jln import _distributed
+from jln._contract import NormSpec, rows_and_width
 from jln._platform import platform_of
 from jln.kernels import _norm, _plan
 
@@ -132,7 +132,7 @@ def unsupported_reason(spec: NormSpec, x: Any, operands: tuple[Any, ...], backen
             f"kernels are tiled for concrete shapes; received x.shape={tuple(x.shape)} with symbolic "
             f"dimensions (jax.export shape polymorphism), which run on the XLA path"
         )
-    n = _checks.rows_and_width(x.shape, len(axes))[1]
+    n = rows_and_width(x.shape, len(axes))[1]
     if n == 0:
         return "the normalized axes are empty"
     target = INTERPRET_TARGET if backend == "cpu" else backend
@@ -170,7 +170,7 @@ def run(spec: NormSpec, x: Array, operands: tuple[Array | None, ...], addends: t
     path computes it (only its shape and dtype are used): the kernel reads ``a`` and ``b``
     and this returns ``(y, s)``."""
     k = x.ndim - len(spec.axes)
-    n = _checks.rows_and_width(x.shape, len(spec.axes))[1]
+    n = rows_and_width(x.shape, len(spec.axes))[1]
     target, interpret = _target(x)
     present = {name: c for name, c in zip(spec.operands, operands, strict=True) if c is not None}
     arrays = [_prepare(c, x.shape, k, n) for c in present.values()]

@@ -45,8 +45,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jln import _checks, _distributed, _stats
-from jln._contract import NormSpec, add_in
+from jln import _distributed, _stats
+from jln._contract import NormSpec, add_in, rows_and_width
 from jln._contract.layer_norm import LayerNormSpec, modulation_dtypes
 from jln._contract.rms_norm import RMSNormSpec
 from jln.kernels import _ad, _cpu_build, _export
@@ -371,7 +371,7 @@ def run(spec: NormSpec, x: Array, operands: tuple[Array | None, ...], addends: t
     present = tuple(p is not None for p in params)
     center, gemma, rounds, offset = FLAGS_OF[spec.op](spec)
     k = x.ndim - len(spec.axes)
-    shape2 = _checks.rows_and_width(x.shape, len(spec.axes))
+    shape2 = rows_and_width(x.shape, len(spec.axes))
     kspec = Spec(spec.on_rows(2), center, gemma, rounds, offset, present,  # type: ignore[arg-type]
                  tuple(_dtype(p) for p in params))  # type: ignore[arg-type]
     flat = [_dummy(jnp.float32) if p is None else _grouped(p, x.shape, k, shape2[1]) for p in params]

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jln import _checks
+from jln._contract import rows_and_width
 from jln._contract.gated_rms_norm import GatedRMSNormSpec
 from jln.kernels import _ad, _cpu
 
@@ -131,7 +131,7 @@ def run(spec: GatedRMSNormSpec, x: Array, operands: tuple[Array | None, ...], ad
     if reason is not None:
         raise RuntimeError(f"impl='native': {reason}")
     gate, scale = operands
-    rows, n = _checks.rows_and_width(x.shape, len(spec.axes))
+    rows, n = rows_and_width(x.shape, len(spec.axes))
     kspec = Spec(spec.on_rows(2), *_flags(spec), has=(gate is not None, scale is not None))  # type: ignore[arg-type]
     z = jnp.zeros((1, 1), x.dtype) if gate is None else gate.reshape(rows, n)
     w = jnp.zeros((1, 1), jnp.float32) if scale is None else jnp.asarray(scale).reshape(1, n)
