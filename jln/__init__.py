@@ -5,27 +5,27 @@ modules, ``jln.interop`` converts torch modules and checkpoints, ``jln.testing``
 parity in a user's own tests.
 """
 
-from jln._adaptive import ORDERS as ORDERS
-from jln._adaptive import adaptive_layer_norm as adaptive_layer_norm
-from jln._adaptive import adaptive_rms_norm as adaptive_rms_norm
-from jln._adaptive import modulate as modulate
-from jln._adaptive import split_condition as split_condition
-from jln._batch_norm import RunningStats as RunningStats
-from jln._batch_norm import batch_norm as batch_norm
-from jln._batch_norm import frozen_batch_norm as frozen_batch_norm
-from jln._batch_norm import group_norm as group_norm
-from jln._batch_norm import instance_norm as instance_norm
 from jln._distributed import shard_chunks as shard_chunks
-from jln._gated import GATED_CONVENTIONS as GATED_CONVENTIONS
-from jln._gated import gated_rms_norm as gated_rms_norm
-from jln._layer_norm import add_layer_norm as add_layer_norm
-from jln._layer_norm import layer_norm as layer_norm
-from jln._lp import global_response_norm as global_response_norm
-from jln._lp import lp_normalize as lp_normalize
-from jln._lrn import local_response_norm as local_response_norm
-from jln._rms_norm import CONVENTIONS as CONVENTIONS
-from jln._rms_norm import add_rms_norm as add_rms_norm
-from jln._rms_norm import rms_norm as rms_norm
+from jln.families.adaptive.function import ORDERS as ORDERS
+from jln.families.adaptive.function import adaptive_layer_norm as adaptive_layer_norm
+from jln.families.adaptive.function import adaptive_rms_norm as adaptive_rms_norm
+from jln.families.adaptive.function import modulate as modulate
+from jln.families.adaptive.function import split_condition as split_condition
+from jln.families.batch_norm.function import RunningStats as RunningStats
+from jln.families.batch_norm.function import batch_norm as batch_norm
+from jln.families.batch_norm.function import frozen_batch_norm as frozen_batch_norm
+from jln.families.batch_norm.function import group_norm as group_norm
+from jln.families.batch_norm.function import instance_norm as instance_norm
+from jln.families.gated_rms_norm.function import GATED_CONVENTIONS as GATED_CONVENTIONS
+from jln.families.gated_rms_norm.function import gated_rms_norm as gated_rms_norm
+from jln.families.layer_norm.function import add_layer_norm as add_layer_norm
+from jln.families.layer_norm.function import layer_norm as layer_norm
+from jln.families.local_response_norm.function import local_response_norm as local_response_norm
+from jln.families.lp_norm.function import global_response_norm as global_response_norm
+from jln.families.lp_norm.function import lp_normalize as lp_normalize
+from jln.families.rms_norm.function import CONVENTIONS as CONVENTIONS
+from jln.families.rms_norm.function import add_rms_norm as add_rms_norm
+from jln.families.rms_norm.function import rms_norm as rms_norm
 
 __version__ = "0.1.0"
 

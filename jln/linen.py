@@ -19,11 +19,16 @@ from typing import Any, ClassVar
 import flax.linen as nn
 import jax
 
-from jln import _batch_modules as B
 from jln import _modules as M
-from jln import _modules_adaptive as MA
-from jln import _modules_conditioned as MC
-from jln import _modules_lrn as ML
+from jln.families.adaptive import conditioned as MC
+from jln.families.adaptive import module as MA
+from jln.families.batch_norm import module as B
+from jln.families.blocks import module as BL
+from jln.families.gated_rms_norm import module as G
+from jln.families.layer_norm import module as LN
+from jln.families.local_response_norm import module as ML
+from jln.families.lp_norm import module as LP
+from jln.families.rms_norm import module as RMS
 
 Array = jax.Array
 
@@ -119,7 +124,7 @@ def _forward_stateful(
     module: _Module, kind: M.Kind, cfg: Any, params: Any, inputs: list[Any], shapes: list[Any],
     call: dict[str, Any], fn: str,
 ) -> Any:
-    """A kind with running statistics (``jln._batch_modules``): they live in ``"batch_stats"``.
+    """A kind with running statistics (``jln.families.batch_norm.module``): they live in ``"batch_stats"``.
     ``use_running_average=None`` trains where they may change (``mutable=["batch_stats"]``, or
     at ``init``, which leaves them as initialised) and normalizes with them otherwise (torch's
     eval mode); ``True``/``False`` force either (``False`` needs them mutable)."""
@@ -189,35 +194,35 @@ class _Module(nn.Module):
         return self._kind.config(**{f.name: getattr(self, f.name) for f in self._kind.options})
 
 
-class LayerNorm(_Module, kind=M.LAYER_NORM):
+class LayerNorm(_Module, kind=LN.LAYER_NORM):
     pass
 
 
-class RMSNorm(_Module, kind=M.RMS_NORM):
+class RMSNorm(_Module, kind=RMS.RMS_NORM):
     pass
 
 
-class AdaptiveLayerNorm(_Module, kind=M.ADAPTIVE_LAYER_NORM):
+class AdaptiveLayerNorm(_Module, kind=MA.ADAPTIVE_LAYER_NORM):
     pass
 
 
-class AdaLNZero(_Module, kind=M.ADA_LN_ZERO):
+class AdaLNZero(_Module, kind=MA.ADA_LN_ZERO):
     pass
 
 
-class AdaLNContinuous(_Module, kind=M.ADA_LN_CONTINUOUS):
+class AdaLNContinuous(_Module, kind=MA.ADA_LN_CONTINUOUS):
     pass
 
 
-class TransformerEncoderLayer(_Module, kind=M.TRANSFORMER_ENCODER_LAYER):
+class TransformerEncoderLayer(_Module, kind=BL.TRANSFORMER_ENCODER_LAYER):
     pass
 
 
-class DiTBlock(_Module, kind=M.DIT_BLOCK):
+class DiTBlock(_Module, kind=BL.DIT_BLOCK):
     pass
 
 
-class GatedRMSNorm(_Module, kind=M.GATED_RMS_NORM):
+class GatedRMSNorm(_Module, kind=G.GATED_RMS_NORM):
     pass
 
 
@@ -245,11 +250,11 @@ class AdaLNScale(_Module, kind=MA.ADA_LN_SCALE):
     pass
 
 
-class GlobalResponseNorm(_Module, kind=MA.GLOBAL_RESPONSE_NORM):
+class GlobalResponseNorm(_Module, kind=LP.GLOBAL_RESPONSE_NORM):
     pass
 
 
-class LpNorm(_Module, kind=MA.LP_NORM):
+class LpNorm(_Module, kind=LP.LP_NORM):
     pass
 
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jln import _compare, _registry
-from jln._contract.rms_norm import XLA_ONLY
+from jln.families.rms_norm.spec import XLA_ONLY
 
 
 @contextlib.contextmanager

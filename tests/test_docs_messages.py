@@ -46,7 +46,7 @@ def test_positional_eps_says_eps_is_keyword_only(call: object, fix: str) -> None
 
 
 def test_every_rms_norm_convention_and_alias_is_documented() -> None:
-    from jln._contract import rms_norm as contract
+    from jln.families.rms_norm import spec as contract
 
     doc = (jln.rms_norm.__doc__ or "") + (contract.__doc__ or "")
     for name, (aliases, _) in contract.CONVENTIONS.items():

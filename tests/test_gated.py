@@ -162,8 +162,8 @@ def test_impl_auto_stays_on_xla_for_the_gated_norm(monkeypatch):
     """Where "auto" would take the kernels (a GPU: kernels.native stands in), the gated norm's
     stays on XLA until it is timed on hardware; RMSNorm's is taken."""
     from jln import _dispatch, kernels
-    from jln._contract.gated_rms_norm import GatedRMSNormSpec
-    from jln._contract.rms_norm import RMSNormSpec
+    from jln.families.gated_rms_norm.spec import GatedRMSNormSpec
+    from jln.families.rms_norm.spec import RMSNormSpec
     from jln.kernels import _native
 
     monkeypatch.setattr(kernels, "native", lambda backend, n=0: True)

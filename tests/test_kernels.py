@@ -14,7 +14,7 @@ import pytest
 
 import jln
 from jln import kernels
-from jln._contract.layer_norm import LayerNormSpec
+from jln.families.layer_norm.spec import LayerNormSpec
 from jln.kernels import _plan
 
 F32, BF16, F16 = jnp.float32, jnp.bfloat16, jnp.float16

@@ -147,7 +147,7 @@ def test_auto_takes_native_kernels_and_xla_does_not() -> None:
         return jax.jit(f).lower(x, w, b).as_text()
 
     from jln import _dispatch
-    from jln._contract.layer_norm import LayerNormSpec
+    from jln.families.layer_norm.spec import LayerNormSpec
 
     spec = LayerNormSpec(axes=(2,), eps=1e-5, out_dtype=x.dtype)
     path = _dispatch.choose("t", "auto", spec, x, (w, b, None, None))
@@ -221,7 +221,7 @@ def test_eager_cpu_array_runs_on_the_cpu_whatever_the_default_backend(monkeypatc
     # on a GPU machine, an eager call on a CPU array must not pick the GPU kernels: the
     # platform comes from the array's devices; a traced value has none (the default decides)
     from jln import _dispatch, _platform
-    from jln._contract.layer_norm import LayerNormSpec
+    from jln.families.layer_norm.spec import LayerNormSpec
 
     x, w, b, _ = _inputs(jnp.float32)
     want = jln.layer_norm(x, w, b, impl="xla")

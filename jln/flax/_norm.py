@@ -8,7 +8,7 @@ promote dtypes; once the parameters and the result dtype are known, both compute
 over ``reduction_axes``, with ``scale``/``bias`` laid out along ``feature_axes``, the
 statistics over the elements where ``mask`` is true, and one rounding to the result dtype at
 the end. :func:`normalize` is that computation with jln's statistics: the unmasked case is
-:class:`jln._contract.layer_norm.LayerNormSpec` (or ``RMSNormSpec``'s torch convention, which
+:class:`jln.families.layer_norm.spec.LayerNormSpec` (or ``RMSNormSpec``'s torch convention, which
 rounds once, as flax does) run through :func:`jln._dispatch.apply`, so jln's kernels take it
 where they apply; the masked case is :func:`jln._stats.masked_normalized`, under the same remat policy.
 """
@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 
 from jln import _dispatch, _stats, _validate
-from jln._contract.layer_norm import LayerNormSpec
-from jln._contract.rms_norm import RMSNormSpec
+from jln.families.layer_norm.spec import LayerNormSpec
+from jln.families.rms_norm.spec import RMSNormSpec
 
 Array = jax.Array
 

@@ -202,58 +202,16 @@ def _spec_shapes(specs: Mapping[str, Any], prefix: str = "") -> dict[str, tuple[
 
 def _expected_shapes(module: Any, layout: Any, flat: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     """The parameter tree (flat path -> shape) the linen ``module`` declares, from the same
-    specs its ``__call__`` creates (:mod:`jln._modules`). Sizes a linen module infers from its
-    inputs are read off the given tree: the norm's feature shape off ``scale``/``bias``, a
-    Dense's input size off its kernel."""
+    specs its ``__call__`` creates (its kind's ``specs``). Sizes a linen module infers from its
+    inputs are read back off the given tree (each size's ``Shape.stored``)."""
     from jln import _modules as M
 
-    def size(path: str, axis: int, default: int = 1) -> int:
-        a = flat.get(path)
-        return int(a.shape[axis]) if a is not None and len(a.shape) > axis else default
-
-    cls = layout.jln_class
-    if cls == "Dense":
-        return _spec_shapes(M.dense_specs(size("kernel", 0), int(module.features), use_bias=bool(module.use_bias)))
-    cfg = module.cfg  # the options, the same way on every jln module
-    if cls in ("BatchNorm", "InstanceNorm", "GroupNorm", "FrozenBatchNorm"):
-        kind = type(module)._kind
-        return _spec_shapes(kind.specs(cfg) if cls == "GroupNorm" else kind.specs(cfg, size("scale", 0)))
-    if cls in ("LayerNorm", "RMSNorm", "GatedRMSNorm"):
-        laid = getattr(cfg, "param_axes", None)  # (LayerNorm's parameters over more axes)
-        spans = cfg.axis if laid is None else laid
-        n_axes = 1 if isinstance(spans, int) else len(spans)
-        given = next((tuple(flat[k].shape) for k in ("scale", "bias") if k in flat), None)
-        if given is not None and len(given) != n_axes:
-            said = f"normalizes over {n_axes} axis(es) (axis={cfg.axis!r})" if laid is None else (
-                f"lays its parameters over {n_axes} axes (param_axes={laid!r})")
-            raise ValueError(
-                f"jln.interop.to_torch_state_dict: the module {said}, so its parameters have "
-                f"{n_axes} dimension(s); received shape {given}."
-            )
-        features = given if given is not None else (1,) * n_axes
-        specs = {"LayerNorm": M.layer_norm_specs, "RMSNorm": M.rms_norm_specs, "GatedRMSNorm": M.gated_rms_norm_specs}
-        return _spec_shapes(specs[cls](cfg, features))
-    if cls == "AdaLNZero":
-        return _spec_shapes(M.ada_ln_zero_specs(cfg, size("linear/kernel", 0)))
-    if cls == "AdaLNContinuous":
-        return _spec_shapes(M.ada_ln_continuous_specs(cfg, size("linear/kernel", 0)))
-    if cls in ("AdaLNZeroJoint", "AdaLNScale", "GlobalResponseNorm", "LpNorm", "AdaLNSingle", "LocalResponseNorm"):
-        from jln import _modules_adaptive as MA
-
-        if cls == "AdaLNZeroJoint":
-            return _spec_shapes(MA.joint_specs(cfg, size("linear/kernel", 0)))
-        if cls == "AdaLNScale":
-            return _spec_shapes(MA.scale_specs(cfg, size("linear_1/kernel", 0)))
-        if cls == "GlobalResponseNorm":
-            return _spec_shapes(MA.grn_specs(cfg, size("gamma", 0)))
-        if cls == "AdaLNSingle":
-            return _spec_shapes(MA.single_specs(cfg))
-        return {}
-    from jln.interop import _adaptive_converters as AC
-
-    if cls in AC.SPEC_SIZES:
-        return _spec_shapes(AC.expected_specs(cls, cfg, size))
-    return _spec_shapes(M.encoder_layer_specs(cfg))
+    if layout.jln_class == "Dense":
+        a = flat.get("kernel")
+        n_in = int(a.shape[0]) if a is not None and len(a.shape) > 0 else 1
+        return _spec_shapes(M.dense_specs(n_in, int(module.features), use_bias=bool(module.use_bias)))
+    kind, cfg = type(module)._kind, module.cfg  # the options, the same way on every jln module
+    return _spec_shapes(kind.specs(cfg, *(s.stored(cfg, flat) for s in kind.shapes)))
 
 
 def _check_tree(module: Any, layout: Any, params: Mapping[str, Any], fn: str) -> None:

@@ -2,7 +2,7 @@
 transformers define for themselves: Sana's, CogView4's, EasyAnimate's, Flux.3's, Mochi's,
 PI0.5's, EsmFold2's... Each is recognised by its computation (the code of its ``forward``, so
 copies under other names convert too) and becomes :class:`jln.linen.AdaLNContinuous`,
-``AdaLNZeroJoint`` or one of :mod:`jln._modules_conditioned`'s modules. No formula lives here.
+``AdaLNZeroJoint`` or one of :mod:`jln.families.adaptive.conditioned`'s modules. No formula lives here.
 """
 
 from __future__ import annotations
@@ -211,29 +211,6 @@ LAYOUTS: dict[str, C.Layout] = {
         ("AdaLNSigmoidGate", C._sd_named),
     )
 }
-
-#: jln class -> the kind whose ``specs(cfg, cond_features)`` give the parameter tree, and the
-#: kernel whose first axis holds ``cond_features`` (None: the specs take no size)
-SPEC_SIZES: dict[str, tuple[str, str | None]] = {
-    "AdaGroupNorm": ("ADA_GROUP_NORM", None),
-    "AdaLNTable": ("ADA_LN_TABLE", None),
-    "ModulatedRMSNorm": ("MODULATED_RMS_NORM", None),
-    "AdaRMSNorm": ("ADA_RMS_NORM", "dense/kernel"),
-    "AdaLNSigmoidGate": ("ADA_LN_SIGMOID_GATE", "gate_proj/kernel"),
-}
-
-
-def expected_specs(cls: str, cfg: Any, size: Any) -> dict[str, Any]:
-    """The parameter specs of a converted module of class ``cls`` (``size(path, axis)`` reads a
-    size off the given tree), for :func:`jln.interop.to_torch_state_dict`'s check."""
-    from jln import _modules_conditioned as MC
-
-    kind_name, kernel = SPEC_SIZES[cls]
-    kind = getattr(MC, kind_name)
-    if cls == "AdaGroupNorm":
-        return kind.specs(cfg, size(f"{cfg.proj_name}/kernel", 0))
-    return kind.specs(cfg) if kernel is None else kind.specs(cfg, size(kernel, 0))
-
 
 # --------------------------------------------------------------------------- the table
 

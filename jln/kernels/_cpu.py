@@ -47,8 +47,8 @@ import numpy as np
 
 from jln import _distributed, _stats
 from jln._contract import NormSpec, add_in, rows_and_width
-from jln._contract.layer_norm import LayerNormSpec, modulation_dtypes
-from jln._contract.rms_norm import RMSNormSpec
+from jln.families.layer_norm.spec import LayerNormSpec, modulation_dtypes
+from jln.families.rms_norm.spec import RMSNormSpec
 from jln.kernels import _ad, _cpu_build, _export
 
 Array = jax.Array

@@ -1,4 +1,4 @@
-"""Native CPU kernels for gated RMSNorm: :class:`jln._contract.gated_rms_norm.GatedRMSNormSpec`
+"""Native CPU kernels for gated RMSNorm: :class:`jln.families.gated_rms_norm.spec.GatedRMSNormSpec`
 as XLA FFI calls (``cpu_gated.cc``, built by ``jln build`` into the library of :mod:`jln.kernels._cpu`).
 
 Why: on the XLA path a gated RMSNorm's statistics, gate and epilogue are several fusions, and its
@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jln._contract import rows_and_width
-from jln._contract.gated_rms_norm import GatedRMSNormSpec
+from jln.families.gated_rms_norm.spec import GatedRMSNormSpec
 from jln.kernels import _ad, _cpu
 
 Array = jax.Array

@@ -20,8 +20,13 @@ import jax.numpy as jnp
 
 from jln import _modules as M
 from jln import _validate
-from jln._batch_norm import batch_norm, frozen_batch_norm, group_norm, instance_norm
-from jln._contract.batch_norm import ACTIVATIONS
+from jln.families.batch_norm.function import (
+    batch_norm,
+    frozen_batch_norm,
+    group_norm,
+    instance_norm,
+)
+from jln.families.batch_norm.spec import ACTIVATIONS
 
 Array = jax.Array
 
@@ -73,6 +78,7 @@ def _check_channels(cfg: Any, x: Array, n: int, fn: str) -> None:
 NUM_FEATURES = M.Shape(
     "num_features", "int", "C, the number of channels (torch's ``num_features``).", 0,
     lambda v, fn: _validate.check_positive(v, "num_features", fn), _channels, _check_channels,
+    M.stored_rows("scale"),
 )
 
 
@@ -207,10 +213,10 @@ BATCH_NORM = M.Kind(
     returns="(``__call__(x, use_running_average=None)``): array of ``x.shape``, dtype ``x.dtype`` (or "
             "``dtype``).",
     raises=_RAISES,
-    examples=(M._LINEN + "  >>> x = jnp.arange(8.0).reshape(4, 2)\n  >>> m = jnn.BatchNorm()\n"
+    examples=(M.LINEN_IMPORTS + "  >>> x = jnp.arange(8.0).reshape(4, 2)\n  >>> m = jnn.BatchNorm()\n"
               "  >>> v = m.init(jax.random.key(0), x)\n  >>> y, upd = m.apply(v, x, mutable=[\"batch_stats\"])\n"
               "  >>> upd[\"batch_stats\"][\"running_mean\"]\n  Array([0.3, 0.4], dtype=float32)",
-              M._NNX + "  >>> m = jnnx.BatchNorm(2)\n  >>> _ = m(jnp.arange(8.0).reshape(4, 2))\n"
+              M.NNX_IMPORTS + "  >>> m = jnnx.BatchNorm(2)\n  >>> _ = m(jnp.arange(8.0).reshape(4, 2))\n"
               "  >>> m.running_mean[...], int(m.num_batches_tracked[...])\n"
               "  (Array([0.3, 0.4], dtype=float32), 1)"),
     rngs_doc="unused (ones and zeros initializers); accepted for symmetry.", shapes=(NUM_FEATURES,),
@@ -222,9 +228,9 @@ INSTANCE_NORM = dataclasses.replace(
         "channel over the spatial axes; by default (torch's) no affine and no running statistics.\n\n"
         "Calls :func:`jln.instance_norm`. With ``track_running_stats=True``: running ``running_mean``/"
         "``running_var`` (no counter), updated as torch does, used in eval mode.",
-    examples=(M._LINEN + "  >>> x = jnp.arange(8.0).reshape(1, 2, 4)\n  >>> m = jnn.InstanceNorm()\n"
+    examples=(M.LINEN_IMPORTS + "  >>> x = jnp.arange(8.0).reshape(1, 2, 4)\n  >>> m = jnn.InstanceNorm()\n"
               "  >>> m.apply(m.init(jax.random.key(0), x), x).shape\n  (1, 2, 4)",
-              M._NNX + "  >>> jnnx.InstanceNorm(2)(jnp.arange(8.0).reshape(1, 2, 4)).shape\n  (1, 2, 4)"),
+              M.NNX_IMPORTS + "  >>> jnnx.InstanceNorm(2)(jnp.arange(8.0).reshape(1, 2, 4)).shape\n  (1, 2, 4)"),
 )
 GROUP_NORM = dataclasses.replace(
     BATCH_NORM, name="GroupNorm", config=GroupNormConfig, specs=lambda cfg: affine_specs(cfg, cfg.num_channels),
@@ -235,9 +241,9 @@ GROUP_NORM = dataclasses.replace(
     returns="(``__call__(x)``): array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).",
     raises="TypeError, ValueError: ``num_channels`` not divisible by ``num_groups``, an input with "
            "another channel count; as :func:`jln.group_norm` otherwise.",
-    examples=(M._LINEN + "  >>> x = jnp.ones((2, 4, 3))\n  >>> m = jnn.GroupNorm(num_groups=2, num_channels=4)\n"
+    examples=(M.LINEN_IMPORTS + "  >>> x = jnp.ones((2, 4, 3))\n  >>> m = jnn.GroupNorm(num_groups=2, num_channels=4)\n"
               "  >>> m.apply(m.init(jax.random.key(0), x), x).shape\n  (2, 4, 3)",
-              M._NNX + "  >>> jnnx.GroupNorm(2, 4)(jnp.ones((2, 4, 3))).shape\n  (2, 4, 3)"),
+              M.NNX_IMPORTS + "  >>> jnnx.GroupNorm(2, 4)(jnp.ones((2, 4, 3))).shape\n  (2, 4, 3)"),
 )
 FROZEN_BATCH_NORM = dataclasses.replace(
     BATCH_NORM, name="FrozenBatchNorm", config=FrozenBatchNormConfig,
@@ -253,9 +259,9 @@ FROZEN_BATCH_NORM = dataclasses.replace(
     returns="(``__call__(x)``): array of ``x.shape``, dtype promoted from ``x``'s and the buffers' "
             "(bfloat16 ``x`` with float32 buffers: float32, as torch).",
     raises="TypeError, ValueError: an input whose channels differ from the module's.",
-    examples=(M._LINEN + "  >>> x = jnp.ones((1, 2, 3, 3))\n  >>> m = jnn.FrozenBatchNorm()\n"
+    examples=(M.LINEN_IMPORTS + "  >>> x = jnp.ones((1, 2, 3, 3))\n  >>> m = jnn.FrozenBatchNorm()\n"
               "  >>> m.apply(m.init(jax.random.key(0), x), x).shape\n  (1, 2, 3, 3)",
-              M._NNX + "  >>> jnnx.FrozenBatchNorm(2)(jnp.ones((1, 2, 3, 3))).shape\n  (1, 2, 3, 3)"),
+              M.NNX_IMPORTS + "  >>> jnnx.FrozenBatchNorm(2)(jnp.ones((1, 2, 3, 3))).shape\n  (1, 2, 3, 3)"),
 )
 
 

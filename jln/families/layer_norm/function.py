@@ -1,5 +1,5 @@
 """LayerNorm and fused residual add + LayerNorm: the public functions (the formula is
-:class:`jln._contract.layer_norm.LayerNormSpec`'s)."""
+:class:`jln.families.layer_norm.spec.LayerNormSpec`'s)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import jax
 
 from jln import _dispatch, _eager, _validate
-from jln._contract import layer_norm as contract
-from jln._contract.layer_norm import LayerNormSpec
 from jln._validate import Axis
+from jln.families.layer_norm import spec as contract
+from jln.families.layer_norm.spec import LayerNormSpec
 
 Array = jax.Array
 

@@ -1,5 +1,5 @@
 """BatchNorm, InstanceNorm, GroupNorm and FrozenBatchNorm2d with torch's semantics: the public
-functions (the formulas are :mod:`jln._contract.batch_norm`'s).
+functions (the formulas are :mod:`jln.families.batch_norm.spec`'s).
 
 Pure functions: nothing is held between calls. :func:`batch_norm` and :func:`instance_norm`
 return the output and the running statistics after this step (torch updates its buffers in
@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jln import _eager, _stats, _validate
-from jln._contract.batch_norm import (
+from jln.families.batch_norm.spec import (
     ACTIVATIONS,
     BatchStatSpec,
     FrozenBatchNormSpec,
@@ -55,7 +55,7 @@ def _xla_only(fn: str, impl: str) -> None:
 
 def _stat_round(x: Any, *params: Any) -> Any:
     """torch's CPU BatchNorm rounds the batch statistics to a half-precision ``x``'s dtype
-    unless a parameter is wider (its mixed-dtype path): see :mod:`jln._contract.batch_norm`."""
+    unless a parameter is wider (its mixed-dtype path): see :mod:`jln.families.batch_norm.spec`."""
     if not _stats.is_low_precision(x.dtype):
         return None
     if any(p is not None and jnp.dtype(p.dtype) != jnp.dtype(x.dtype) for p in params):

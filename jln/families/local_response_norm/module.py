@@ -10,7 +10,7 @@ import jax
 
 from jln import _modules as M
 from jln import _validate
-from jln._lrn import _number, local_response_norm
+from jln.families.local_response_norm.function import _number, local_response_norm
 
 Array = jax.Array
 
@@ -48,7 +48,7 @@ def lrn_specs(cfg: Any) -> dict[str, Any]:
 
 def apply_lrn(params: Any, x: Array, cfg: Any) -> tuple[Array, None]:
     """``jln.local_response_norm`` with the module's options."""
-    y = local_response_norm(M._cast_in(x, cfg.dtype), cfg.size, alpha=cfg.alpha, beta=cfg.beta, k=cfg.k,
+    y = local_response_norm(M.cast_in(x, cfg.dtype), cfg.size, alpha=cfg.alpha, beta=cfg.beta, k=cfg.k,
                             channel_axis=cfg.channel_axis)
     return y, None
 
@@ -63,8 +63,8 @@ LOCAL_RESPONSE_NORM = M.Kind(
     raises="TypeError, ValueError: ``size`` not a positive int, ``alpha``/``beta``/``k`` not finite "
            "numbers, ``impl`` other than ``\"auto\"``/``\"xla\"``; as :func:`jln.local_response_norm` "
            "otherwise.",
-    examples=(M._LINEN + "  >>> x = jnp.ones((2, 4, 3))\n  >>> jnn.LocalResponseNorm(size=2).apply({}, x).shape\n"
+    examples=(M.LINEN_IMPORTS + "  >>> x = jnp.ones((2, 4, 3))\n  >>> jnn.LocalResponseNorm(size=2).apply({}, x).shape\n"
               "  (2, 4, 3)",
-              M._NNX + "  >>> jnnx.LocalResponseNorm(2)(jnp.ones((2, 4, 3))).shape\n  (2, 4, 3)"),
+              M.NNX_IMPORTS + "  >>> jnnx.LocalResponseNorm(2)(jnp.ones((2, 4, 3))).shape\n  (2, 4, 3)"),
     rngs_doc="unused (no parameters).", positional=1,
 )

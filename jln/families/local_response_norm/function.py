@@ -1,5 +1,5 @@
 """Local response normalization (AlexNet's), numerically ``torch.nn.LocalResponseNorm``'s: the
-public function (the formula is :mod:`jln._contract.local_response_norm`'s)."""
+public function (the formula is :mod:`jln.families.local_response_norm.spec`'s)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 from jln import _eager, _validate
-from jln._contract.local_response_norm import LocalResponseNormSpec
+from jln.families.local_response_norm.spec import LocalResponseNormSpec
 
 Array = jax.Array
 
@@ -56,7 +56,7 @@ def local_response_norm(
     dtypes: float32/float64 compute in their own dtype. bfloat16/float16 follow torch's op-by-op
     rounding: each op computes in float32 and rounds to ``x.dtype``, with ``k`` and ``beta``
     rounded to ``x.dtype`` first, as torch does with a Python scalar (``alpha`` is not); see
-    :mod:`jln._contract.local_response_norm`. Bit-exact with torch's CPU kernels on 3-D
+    :mod:`jln.families.local_response_norm.spec`. Bit-exact with torch's CPU kernels on 3-D
     half-precision input (torch has no CPU kernel for 4-D and wider half-precision input; jln
     applies the same rule there).
 

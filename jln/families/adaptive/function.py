@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 
 from jln import _dispatch, _eager, _stats, _validate
-from jln._contract.layer_norm import LayerNormSpec, modulation_rounded
 from jln._validate import Axis
+from jln.families.layer_norm.spec import LayerNormSpec, modulation_rounded
 
 Array = jax.Array
 
@@ -354,7 +354,7 @@ def adaptive_rms_norm(
       >>> y.shape, sorted(chunks)
       ((2, 5, 4), ['gate_mlp', 'gate_msa', 'scale_mlp', 'scale_msa'])
     """
-    from jln._rms_norm import rms_norm
+    from jln.families.rms_norm.function import rms_norm
 
     fn = "jln.adaptive_rms_norm"
     _validate.check_floating(x, fn)

@@ -26,45 +26,44 @@ import jax.numpy as jnp
 
 from jln import _modules as M
 from jln import _stats, _validate
-from jln._adaptive import adaptive_layer_norm, adaptive_rms_norm, modulate, resolve_order
-from jln._batch_norm import group_norm
-from jln._layer_norm import layer_norm
 from jln._modules import (
-    _LINEN,
-    _NNX,
     COMPUTE,
     DTYPE,
     EPS,
     FEATURES,
     IMPL,
     INITS,
+    LINEN_IMPORTS,
+    NNX_IMPORTS,
     PARAM_DTYPE,
     SCALE_INIT,
     USE_BIAS,
     Kind,
     Option,
     Params,
-    Shape,
     Stats,
-    _cast_in,
-    _cast_out,
-    _dense_inits,
-    _record,
     activate,
+    cast_in,
+    cast_out,
     check_activation,
     compute_dtype,
     dense,
+    dense_inits,
     dense_specs,
     make_config,
+    record,
 )
-from jln._rms_norm import rms_norm
+from jln.families.adaptive.function import (
+    adaptive_layer_norm,
+    adaptive_rms_norm,
+    modulate,
+    resolve_order,
+)
+from jln.families.batch_norm.function import group_norm
+from jln.families.layer_norm.function import layer_norm
+from jln.families.rms_norm.function import rms_norm
 
 Array = jax.Array
-
-
-def _cond_shape(name: str) -> Shape:
-    return Shape("cond_features", "int", f"size of ``{name}``'s last axis.", 1,
-                 lambda v, fn: _validate.check_positive(v, "cond_features", fn), M._infer_last)
 
 
 def _token_axis(g: Array) -> Array:
@@ -102,7 +101,7 @@ AdaGroupNormConfig = make_config(
      USE_BIAS.but(doc="the Dense's bias."),
      Option("proj_name", "str", "linear", "the Dense's parameter name: ``\"linear\"`` (diffusers "
             "``AdaGroupNorm``) or ``\"context_mlp\"`` (Kandinsky 3, torch ``context_mlp.1``)."),
-     *COMPUTE, *_dense_inits("linear", "torch ``nn.Linear``'s")),
+     *COMPUTE, *dense_inits("linear", "torch ``nn.Linear``'s")),
     _check_group,
 )
 
@@ -122,13 +121,13 @@ def apply_group(params: Params, x: Array, emb: Array, cfg: Any) -> tuple[Array, 
                          f"emb[:, :, None, None]); received emb.shape={tuple(emb.shape)}, "
                          f"x.shape={tuple(x.shape)}.")
     dt = compute_dtype(cfg.dtype, emb)  # diffusers runs the Dense in the condition's dtype
-    xi = _cast_in(x, cfg.dtype)
+    xi = cast_in(x, cfg.dtype)
     h = dense(params[cfg.proj_name], activate(cfg.activation, emb).astype(dt), dt, fn, "emb")
     # [B, C] -> [B, C, 1, ...]: the channels are axis 1
     scale, shift = (c.reshape(c.shape + (1,) * (xi.ndim - 2)) for c in jnp.split(h, 2, axis=-1))
     n = group_norm(xi, cfg.num_groups, eps=cfg.eps, impl=cfg.impl)
-    y = _cast_out(modulate(n, shift, scale), cfg.dtype)
-    return y, _record(cfg.monitor, xi, y, tuple(range(1, xi.ndim)), fn)
+    y = cast_out(modulate(n, shift, scale), cfg.dtype)
+    return y, record(cfg.monitor, xi, y, tuple(range(1, xi.ndim)), fn)
 
 
 ADA_GROUP_NORM = Kind(
@@ -143,12 +142,12 @@ ADA_GROUP_NORM = Kind(
             "dtype the promotion of ``x``'s and ``emb``'s (or ``dtype``).",
     raises="TypeError, ValueError: non-floating inputs, ``num_groups`` not dividing ``features``, an unknown "
            "``activation``, an ``emb`` that is not ``[B, cond_features]``.",
-    examples=(_LINEN + "  >>> m = jnn.AdaGroupNorm(features=8, num_groups=2)\n  >>> x, e = jnp.ones((2, 8, 4, 4)), "
+    examples=(LINEN_IMPORTS + "  >>> m = jnn.AdaGroupNorm(features=8, num_groups=2)\n  >>> x, e = jnp.ones((2, 8, 4, 4)), "
               "jnp.ones((2, 3))\n  >>> m.apply(m.init(jax.random.key(0), x, e), x, e).shape\n  (2, 8, 4, 4)",
-              _NNX + "  >>> m = jnnx.AdaGroupNorm(3, 8, num_groups=2, rngs=nnx.Rngs(0))\n  >>> "
+              NNX_IMPORTS + "  >>> m = jnnx.AdaGroupNorm(3, 8, num_groups=2, rngs=nnx.Rngs(0))\n  >>> "
               "m(jnp.ones((2, 8, 4, 4)), jnp.ones((2, 3))).shape\n  (2, 8, 4, 4)"),
     rngs_doc="``nnx.Rngs`` for the Dense kernel init.",
-    shapes=(_cond_shape("emb"),), positional=1,
+    shapes=(M.cond_features("emb", "{cfg.proj_name}/kernel"),), positional=1,
 )
 
 # --------------------------------------------------------------------------- AdaLNTable
@@ -181,8 +180,8 @@ AdaLNTableConfig = make_config(
 def table_specs(cfg: Any) -> dict[str, Any]:
     if not cfg.elementwise_affine:
         return {}
-    norm = M.LayerNormConfig(use_bias=cfg.use_bias, scale_init=cfg.scale_init, bias_init=cfg.bias_init)
-    return {"norm": M.layer_norm_specs(norm, (cfg.features,))}
+    return {"norm": M.norm_affine_specs((cfg.features,), use_bias=cfg.use_bias, scale_init=cfg.scale_init,
+                                        bias_init=cfg.bias_init)}
 
 
 def apply_table(params: Params, x: Array, temb: Array, scale_shift_table: Array, cfg: Any) -> tuple[Array, Stats]:
@@ -198,15 +197,15 @@ def apply_table(params: Params, x: Array, temb: Array, scale_shift_table: Array,
         raise ValueError(f"{fn}: `scale_shift_table` must be [{len(names)}, {d}] (rows {names}) and `temb` "
                          f"[..., {d}]; received scale_shift_table.shape={tuple(table.shape)}, "
                          f"temb.shape={tuple(temb.shape)}.")
-    xi = _cast_in(x, cfg.dtype)
+    xi = cast_in(x, cfg.dtype)
     dt = _stats.promote(table.dtype, temb.dtype)
     lead = (1,) * (temb.ndim - 1)
     rows = [table[i].astype(dt).reshape(lead + (d,)) + temb.astype(dt) for i in range(len(names))]
     norm = params.get("norm", {})
     y, _ = adaptive_layer_norm(xi, jnp.concatenate(rows, axis=-1), norm.get("scale"), norm.get("bias"),
                                order=names, eps=cfg.eps, impl=cfg.impl)
-    y = _cast_out(y, cfg.dtype)
-    return y, _record(cfg.monitor, xi, y, -1, fn)
+    y = cast_out(y, cfg.dtype)
+    return y, record(cfg.monitor, xi, y, -1, fn)
 
 
 ADA_LN_TABLE = Kind(
@@ -221,12 +220,12 @@ ADA_LN_TABLE = Kind(
             "``temb``'s and the table's (or ``dtype``).",
     raises="TypeError, ValueError: non-floating inputs, a table that is not ``[k, features]``, a ``temb`` "
            "that does not broadcast against ``x``.",
-    examples=(_LINEN + "  >>> m = jnn.AdaLNTable(features=8)\n  >>> x, t, tab = jnp.ones((2, 5, 8)), "
+    examples=(LINEN_IMPORTS + "  >>> m = jnn.AdaLNTable(features=8)\n  >>> x, t, tab = jnp.ones((2, 5, 8)), "
               "jnp.ones((2, 8)), jnp.zeros((2, 8))\n  >>> m.apply(m.init(jax.random.key(0), x, t, tab), x, t, "
               "tab).shape\n  (2, 5, 8)",
-              _NNX + "  >>> jnnx.AdaLNTable(8)(jnp.ones((2, 5, 8)), jnp.ones((2, 8)), jnp.zeros((2, 8))).shape\n"
+              NNX_IMPORTS + "  >>> jnnx.AdaLNTable(8)(jnp.ones((2, 5, 8)), jnp.ones((2, 8)), jnp.zeros((2, 8))).shape\n"
               "  (2, 5, 8)"),
-    rngs_doc=M._NORM_RNGS, positional=1,
+    rngs_doc=M.NORM_RNGS, positional=1,
 )
 
 # --------------------------------------------------------------------------- ModulatedRMSNorm
@@ -253,13 +252,13 @@ def apply_modulated(params: Params, x: Array, cfg: Any, scale: Array | None = No
     """``(rms_norm(f32(x)) * f32(scale))`` rounded once to ``x.dtype``."""
     fn = "jln ModulatedRMSNorm"
     _validate.check_floating(x, fn)
-    xi = _cast_in(x, cfg.dtype)
+    xi = cast_in(x, cfg.dtype)
     if scale is None:
         y = rms_norm(xi.astype(jnp.float32), eps=cfg.eps, convention="diffusers", impl=cfg.impl).astype(xi.dtype)
     else:
         y, _ = adaptive_rms_norm(xi, scale, order="scale_only", use=(None, "scale"), eps=cfg.eps,
                                  convention="diffusers", modulation="float32", scale_offset=0.0, impl=cfg.impl)
-    return _cast_out(y, cfg.dtype), None
+    return cast_out(y, cfg.dtype), None
 
 
 MODULATED_RMS_NORM = Kind(
@@ -271,9 +270,9 @@ MODULATED_RMS_NORM = Kind(
     returns="(``__call__(x, scale=None)``): array of ``x.shape`` and ``x.dtype`` (or ``dtype``); ``scale`` "
             "``[d]``, ``[B, d]``, ``x``'s shape or ``x``'s rank with size-1 axes.",
     raises="TypeError, ValueError: as :func:`jln.adaptive_rms_norm`.",
-    examples=(_LINEN + "  >>> x = jnp.ones((2, 5, 8))\n  >>> jnn.ModulatedRMSNorm(eps=1e-6).apply({}, x, "
+    examples=(LINEN_IMPORTS + "  >>> x = jnp.ones((2, 5, 8))\n  >>> jnn.ModulatedRMSNorm(eps=1e-6).apply({}, x, "
               "2 * jnp.ones((2, 1, 8))).shape\n  (2, 5, 8)",
-              _NNX + "  >>> jnnx.ModulatedRMSNorm(eps=1e-6)(jnp.ones((2, 5, 8))).shape\n  (2, 5, 8)"),
+              NNX_IMPORTS + "  >>> jnnx.ModulatedRMSNorm(eps=1e-6)(jnp.ones((2, 5, 8))).shape\n  (2, 5, 8)"),
     rngs_doc="unused (no parameters).", call_options=(("scale", None),),
 )
 
@@ -310,12 +309,12 @@ def apply_ada_rms(params: Params, x: Array, cond: Array, cfg: Any) -> tuple[tupl
         raise ValueError(f"{fn}: `cond` must be [B, cond_features] (torch takes dense(cond)[:, None, :]); "
                          f"received cond.shape={tuple(cond.shape)}.")
     dt = compute_dtype(cfg.dtype, cond)  # the Dense runs in the condition's dtype
-    xi = _cast_in(x, cfg.dtype)
+    xi = cast_in(x, cfg.dtype)
     h = dense(params["dense"], cond.astype(dt), dt, fn, "cond")
     y, ch = adaptive_rms_norm(xi, h, order="pi05", eps=cfg.eps, convention="diffusers", modulation="float32",
                               impl=cfg.impl)
-    y = _cast_out(y, cfg.dtype)
-    return (y, _token_axis(ch["gate"]).astype(y.dtype)), _record(cfg.monitor, xi, y, -1, fn)
+    y = cast_out(y, cfg.dtype)
+    return (y, _token_axis(ch["gate"]).astype(y.dtype)), record(cfg.monitor, xi, y, -1, fn)
 
 
 ADA_RMS_NORM = Kind(
@@ -329,11 +328,11 @@ ADA_RMS_NORM = Kind(
             "``x.dtype`` (or ``dtype``).",
     raises="TypeError, ValueError: non-floating inputs, a ``cond`` that is not ``[B, cond_features]``, "
            "mismatched sizes.",
-    examples=(_LINEN + "  >>> m = jnn.AdaRMSNorm(features=8)\n  >>> x, c = jnp.ones((2, 5, 8)), jnp.ones((2, 4))\n"
+    examples=(LINEN_IMPORTS + "  >>> m = jnn.AdaRMSNorm(features=8)\n  >>> x, c = jnp.ones((2, 5, 8)), jnp.ones((2, 4))\n"
               "  >>> [o.shape for o in m.apply(m.init(jax.random.key(0), x, c), x, c)]\n  [(2, 5, 8), (2, 1, 8)]",
-              _NNX + "  >>> y, gate = jnnx.AdaRMSNorm(4, 8, rngs=nnx.Rngs(0))(jnp.ones((2, 5, 8)), jnp.ones((2, 4)))\n"
+              NNX_IMPORTS + "  >>> y, gate = jnnx.AdaRMSNorm(4, 8, rngs=nnx.Rngs(0))(jnp.ones((2, 5, 8)), jnp.ones((2, 4)))\n"
               "  >>> gate.shape\n  (2, 1, 8)"),
-    rngs_doc=M._DENSE_RNGS, shapes=(_cond_shape("cond"),), positional=1,
+    rngs_doc=M.DENSE_RNGS, shapes=(M.cond_features("cond", "dense/kernel"),), positional=1,
 )
 
 # --------------------------------------------------------------------------- AdaLNSigmoidGate
@@ -358,7 +357,7 @@ AdaLNSigmoidGateConfig = make_config(
 def sigmoid_gate_specs(cfg: Any, cond_features: int) -> dict[str, Any]:
     d = cfg.features
     return {
-        "cond_norm": {"scale": M._param((cond_features,), cfg.scale_init, M.ones)},
+        "cond_norm": {"scale": M.param_spec((cond_features,), cfg.scale_init, M.ones)},
         "gate_proj": dense_specs(cond_features, d, kernel_init=cfg.kernel_init, bias_init=cfg.bias_init),
         "shift_proj": dense_specs(cond_features, d, use_bias=False, kernel_init=cfg.kernel_init),
     }
@@ -370,15 +369,15 @@ def apply_sigmoid_gate(params: Params, x: Array, cond: Array, cfg: Any) -> tuple
     _validate.check_floating(x, fn)
     _validate.check_floating(cond, fn, "cond")
     dt = compute_dtype(cfg.dtype, cond)
-    xi = _cast_in(x, cfg.dtype)
+    xi = cast_in(x, cfg.dtype)
     c = layer_norm(cond.astype(dt), params["cond_norm"]["scale"], eps=cfg.eps, impl=cfg.impl)
     gate = activate("sigmoid", dense(params["gate_proj"], c, dt, fn, "cond"))
     shift = dense(params["shift_proj"], c, dt, fn, "cond")
     # gate * LN(x) in float32 (``scale_offset=0``: the gate multiplies alone), + shift, one rounding
     y, _ = adaptive_layer_norm(xi.astype(jnp.float32), jnp.concatenate([gate, shift], axis=-1),
                                order=("scale", "shift"), eps=cfg.eps, scale_offset=0.0, impl=cfg.impl)
-    y = _cast_out(y.astype(xi.dtype), cfg.dtype)
-    return y, _record(cfg.monitor, xi, y, -1, fn)
+    y = cast_out(y.astype(xi.dtype), cfg.dtype)
+    return y, record(cfg.monitor, xi, y, -1, fn)
 
 
 ADA_LN_SIGMOID_GATE = Kind(
@@ -391,11 +390,11 @@ ADA_LN_SIGMOID_GATE = Kind(
     returns="(``__call__(x, cond)``): array like ``x``, dtype ``x.dtype`` (or ``dtype``); ``cond`` ``[B, c]`` "
             "(broadcast over the tokens) or ``x``'s leading shape with ``c`` features.",
     raises="TypeError, ValueError: non-floating inputs, mismatched sizes.",
-    examples=(_LINEN + "  >>> m = jnn.AdaLNSigmoidGate(features=8)\n  >>> x, c = jnp.ones((2, 5, 8)), "
+    examples=(LINEN_IMPORTS + "  >>> m = jnn.AdaLNSigmoidGate(features=8)\n  >>> x, c = jnp.ones((2, 5, 8)), "
               "jnp.ones((2, 5, 4))\n  >>> m.apply(m.init(jax.random.key(0), x, c), x, c).shape\n  (2, 5, 8)",
-              _NNX + "  >>> jnnx.AdaLNSigmoidGate(4, 8, rngs=nnx.Rngs(0))(jnp.ones((2, 5, 8)), "
+              NNX_IMPORTS + "  >>> jnnx.AdaLNSigmoidGate(4, 8, rngs=nnx.Rngs(0))(jnp.ones((2, 5, 8)), "
               "jnp.ones((2, 4))).shape\n  (2, 5, 8)"),
-    rngs_doc=M._DENSE_RNGS, shapes=(_cond_shape("cond"),), positional=1,
+    rngs_doc=M.DENSE_RNGS, shapes=(M.cond_features("cond", "gate_proj/kernel"),), positional=1,
 )
 
 KINDS = (ADA_GROUP_NORM, ADA_LN_TABLE, MODULATED_RMS_NORM, ADA_RMS_NORM, ADA_LN_SIGMOID_GATE)

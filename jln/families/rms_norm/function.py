@@ -1,5 +1,5 @@
 """RMSNorm in every convention real models use, and fused residual add + RMSNorm: the public
-functions (the conventions' formulas are :class:`jln._contract.rms_norm.RMSNormSpec`'s)."""
+functions (the conventions' formulas are :class:`jln.families.rms_norm.spec.RMSNormSpec`'s)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import jax
 import jax.numpy as jnp
 
 from jln import _dispatch, _eager, _validate
-from jln._contract import rms_norm as contract
-from jln._contract.rms_norm import CONVENTIONS as CONVENTIONS
-from jln._contract.rms_norm import RMSNormSpec
 from jln._validate import Axis
+from jln.families.rms_norm import spec as contract
+from jln.families.rms_norm.spec import CONVENTIONS as CONVENTIONS
+from jln.families.rms_norm.spec import RMSNormSpec
 
 Array = jax.Array
 

@@ -1,6 +1,6 @@
 """Gated RMSNorm (the output norm of Mamba-2 and the hybrid SSM / linear-attention models): the
 public function (the conventions' formulas are
-:class:`jln._contract.gated_rms_norm.GatedRMSNormSpec`'s)."""
+:class:`jln.families.gated_rms_norm.spec.GatedRMSNormSpec`'s)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jln import _dispatch, _eager, _stats, _validate
-from jln._contract import gated_rms_norm as contract
-from jln._contract.gated_rms_norm import GatedRMSNormSpec
 from jln._validate import Axis
+from jln.families.gated_rms_norm import spec as contract
+from jln.families.gated_rms_norm.spec import GatedRMSNormSpec
 
 Array = jax.Array
 

@@ -1,0 +1,1 @@
+"""The adaptive family (see :mod:`jln.families`)."""

@@ -1,0 +1,1 @@
+"""The batch_norm family (see :mod:`jln.families`)."""

@@ -1,0 +1,1 @@
+"""The blocks family (see :mod:`jln.families`)."""

@@ -1,0 +1,1 @@
+"""The gated_rms_norm family (see :mod:`jln.families`)."""

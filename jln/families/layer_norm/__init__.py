@@ -1,0 +1,1 @@
+"""The layer_norm family (see :mod:`jln.families`)."""

@@ -1,0 +1,110 @@
+"""The ``LayerNorm`` module kind: its options, parameters and the call of
+:func:`jln.layer_norm` that both faces make."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from jln import _validate
+from jln._modules import (
+    AXIS,
+    BIAS_INIT,
+    COMPUTE,
+    DISTRIBUTED,
+    EPS,
+    LINEN_IMPORTS,
+    NNX_IMPORTS,
+    NORM_RNGS,
+    NUM_FEATURES,
+    SCALE_INIT,
+    TORCH_NAMES,
+    USE_BIAS,
+    USE_SCALE,
+    Kind,
+    Option,
+    Params,
+    ParamSpec,
+    Stats,
+    apply_norm,
+    make_config,
+    norm_affine_specs,
+    ones,
+    zeros,
+)
+from jln.families.layer_norm.function import layer_norm
+from jln.families.layer_norm.spec import resolve_convention
+
+Array = jax.Array
+
+
+def _check_layer_norm(cfg: Any) -> None:
+    _validate.check_eps(cfg.eps, "jln LayerNorm")
+    _validate.check_torch_names(cfg, "jln LayerNorm")
+    _validate.check_module_options(cfg, "jln LayerNorm")
+    _validate.check_inits(cfg, "jln LayerNorm")
+    resolve_convention(cfg.convention, "jln LayerNorm")
+    _validate.check_param_axes(cfg, "jln LayerNorm")
+    if cfg.zero_centered and not cfg.use_scale:
+        raise ValueError(
+            "jln LayerNorm: zero_centered=True multiplies by `1 + scale`, so it needs use_scale=True; "
+            "received use_scale=False."
+        )
+
+
+LayerNormConfig = make_config(
+    "LayerNormConfig",
+    (EPS.but(doc="added to the variance; torch's default 1e-5 (flax's LayerNorm uses 1e-6)."), AXIS, USE_SCALE,
+     USE_BIAS, *COMPUTE, *DISTRIBUTED, SCALE_INIT, BIAS_INIT,
+     Option("zero_centered", "bool", False, "multiply by ``1 + scale`` (Nemotron's ``LayerNorm1P``, "
+            "TransformerEngine's ``zero_centered_gamma``), ``1 + scale`` rounded to ``param_dtype``; "
+            "``scale`` then initialises to 0. ``axis=1`` gives channels-first LayerNorm "
+            "(``LayerNorm2d``, ``data_format=\"channels_first\"``)."),
+     Option("convention", "str", "torch", "where the reference rounds, as :func:`jln.layer_norm`: "
+            "``\"torch\"``, ``\"deberta\"`` (the row rounded to the input dtype, then the affine; "
+            "alias ``\"moonshine\"``) or ``\"eager\"`` (every op in the input dtype; alias "
+            "``\"vitdet\"``). With ``dtype=None`` the latter two promote a bf16 ``x`` with float32 "
+            "parameters to float32, as torch's ``weight * h`` does."), TORCH_NAMES,
+     Option("param_axes", "Any", None, "the axes of ``x`` that ``scale`` and ``bias`` span, as "
+            ":func:`jln.layer_norm`: every axis in ``axis`` plus more (flax's ``feature_axes``), e.g. "
+            "``param_axes=(1, -1)`` with ``axis=-1`` on ``[batch, heads, seq, head_dim]``: one LayerNorm "
+            "per head, parameters ``(heads, head_dim)`` (NNX: ``num_features`` is that shape). ``None``: "
+            "``axis``. Runs on the XLA path.")),
+    _check_layer_norm,
+)
+
+
+def layer_norm_specs(cfg: Any, features: tuple[int, ...]) -> dict[str, ParamSpec]:
+    """``scale`` and ``bias`` as the options say (``zero_centered``: ``1 + scale``, so the
+    identity ``scale`` is 0)."""
+    return norm_affine_specs(features, use_scale=cfg.use_scale, use_bias=cfg.use_bias, scale_init=cfg.scale_init,
+                             bias_init=cfg.bias_init, default_scale=zeros if cfg.zero_centered else ones)
+
+
+def apply_layer_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
+    """``jln.layer_norm(x, scale, bias)`` with the module's dtype rule and monitor."""
+    options: dict[str, Any] = {} if cfg.convention == "torch" else {"convention": cfg.convention}
+    if cfg.zero_centered:
+        options["zero_centered"] = True
+    if cfg.param_axes is not None:
+        options["param_axes"] = cfg.param_axes
+    return apply_norm(layer_norm, params, x, cfg, "jln LayerNorm", **options)
+
+
+
+LAYER_NORM = Kind(
+    "LayerNorm", LayerNormConfig, layer_norm_specs, apply_layer_norm, ("x",),
+    doc="LayerNorm with torch's numbers: ``(x - E[x]) / sqrt(Var[x] + eps) * scale + bias``.\n\n"
+        "Biased variance, eps inside the square root, statistics in float32 (float64 for float64 "
+        "input); the module calls :func:`jln.layer_norm`.",
+    returns="(``__call__(x)``): array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).",
+    raises="TypeError, ValueError: as :func:`jln.layer_norm` (NNX: also an ``x`` whose shape at "
+           "``axis`` is not ``num_features``); ``TypeError`` for an initializer that is not callable, "
+           "or (NNX) one other than ones and zeros without ``rngs``, and for flax's argument names "
+           "(``epsilon``...), saying jln's.",
+    examples=(LINEN_IMPORTS + "  >>> x = jnp.arange(8.0).reshape(2, 4)\n  >>> variables = jnn.LayerNorm().init("
+              "jax.random.key(0), x)\n  >>> jnn.LayerNorm().apply(variables, x).shape\n  (2, 4)",
+              NNX_IMPORTS + "  >>> jnnx.LayerNorm(4)(jnp.arange(8.0).reshape(2, 4)).shape\n  (2, 4)"),
+    rngs_doc=NORM_RNGS, shapes=(NUM_FEATURES,), flax_twin=True,
+)

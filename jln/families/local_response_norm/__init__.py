@@ -1,0 +1,1 @@
+"""The local_response_norm family (see :mod:`jln.families`)."""

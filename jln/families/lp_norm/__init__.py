@@ -1,0 +1,1 @@
+"""The lp_norm family (see :mod:`jln.families`)."""

@@ -1,0 +1,144 @@
+"""The ``GlobalResponseNorm`` (ConvNeXt-V2) and ``LpNorm`` (``F.normalize``) module kinds: their
+options, parameters and the calls of :func:`jln.global_response_norm` and
+:func:`jln.lp_normalize` that both faces make."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jln import _modules as M
+from jln import _validate
+from jln._modules import (
+    COMPUTE,
+    DTYPE,
+    EPS,
+    LINEN_IMPORTS,
+    NNX_IMPORTS,
+    NORM_RNGS,
+    PARAM_DTYPE,
+    Kind,
+    Option,
+    Params,
+    Shape,
+    Stats,
+    cast_in,
+    cast_out,
+    make_config,
+    record,
+    zeros,
+)
+from jln.families.lp_norm.function import _check_p, global_response_norm, lp_normalize
+
+Array = jax.Array
+
+
+# --------------------------------------------------------------------------- GlobalResponseNorm
+
+_GRN_SPATIAL = Option("spatial_axes", "Any", (1, 2), "the axes the response norm ``||x||_2`` runs over "
+                      "(torch's ``dim=(1, 2)`` for ``[N, H, W, C]``); channels are the last axis.")
+
+
+def _check_grn(cfg: Any) -> None:
+    fn = "jln GlobalResponseNorm"
+    if isinstance(cfg.spatial_axes, list):
+        object.__setattr__(cfg, "spatial_axes", tuple(cfg.spatial_axes))
+    _validate.check_eps(cfg.eps, fn)
+    _validate.check_inits(cfg, fn, ("gamma_init", "beta_init"))
+    _validate.check_module_options(cfg, fn)
+
+
+GlobalResponseNormConfig = make_config(
+    "GlobalResponseNormConfig",
+    (_GRN_SPATIAL, EPS.but(default=1e-6, doc="added to the channel mean of the response norm (1e-6)."),
+     *COMPUTE,
+     Option("gamma_init", "Any", None, "initializer of ``gamma``; ``None``: zeros (the identity)."),
+     Option("beta_init", "Any", None, "initializer of ``beta``; ``None``: zeros.")),
+    _check_grn,
+)
+
+
+def grn_specs(cfg: Any, num_features: int) -> dict[str, Any]:
+    return {"gamma": M.ParamSpec((num_features,), cfg.gamma_init or zeros),
+            "beta": M.ParamSpec((num_features,), cfg.beta_init or zeros)}
+
+
+def apply_grn(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
+    fn = "jln GlobalResponseNorm"
+    xi = cast_in(x, cfg.dtype)
+    y = global_response_norm(xi, params["gamma"], params["beta"], spatial_axes=cfg.spatial_axes, eps=cfg.eps)
+    y = cast_out(y, cfg.dtype)
+    return y, record(cfg.monitor, xi, y, cfg.spatial_axes, fn)
+
+
+def _check_channels(cfg: Any, x: Array, n: int, fn: str) -> None:
+    _validate.check_floating(x, fn)
+    if x.ndim == 0 or x.shape[-1] != n:
+        raise ValueError(
+            f"{fn}: the module was built for {n} channels (x's last axis); received "
+            f"x.shape={tuple(x.shape)}."
+        )
+
+
+GLOBAL_RESPONSE_NORM = Kind(
+    "GlobalResponseNorm", GlobalResponseNormConfig, grn_specs, apply_grn, ("x",),
+    doc="Global response normalization (ConvNeXt-V2; diffusers ``GlobalResponseNorm``), channels last.\n\n"
+        "``G = ||x||_2`` over ``spatial_axes``; ``y = gamma * (x * G / (mean_c(G) + eps)) + beta + x`` "
+        "with torch's rounding (:func:`jln.global_response_norm`); ``gamma`` and ``beta`` start at 0.",
+    returns="(``__call__(x)``): array like ``x``; dtype ``x.dtype`` promoted with the parameters' (or "
+            "``dtype``).",
+    raises="TypeError, ValueError: as :func:`jln.global_response_norm` (NNX: also an ``x`` whose last "
+           "axis is not ``num_features``).",
+    examples=(LINEN_IMPORTS + "  >>> x = jnp.ones((1, 4, 4, 8))\n  >>> m = jnn.GlobalResponseNorm()\n  >>> "
+              "bool((m.apply(m.init(jax.random.key(0), x), x) == x).all())\n  True",
+              NNX_IMPORTS + "  >>> jnnx.GlobalResponseNorm(8)(jnp.ones((1, 4, 4, 8))).shape\n  (1, 4, 4, 8)"),
+    rngs_doc=NORM_RNGS,
+    shapes=(Shape("num_features", "int", "channels, ``x``'s last axis.", 0,
+                  lambda v, fn: _validate.check_positive(v, "num_features", fn), M.infer_last, _check_channels,
+                  M.stored_rows("gamma")),),
+)
+
+# --------------------------------------------------------------------------- LpNorm
+
+
+def _check_lp(cfg: Any) -> None:
+    fn = "jln LpNorm"
+    _check_p(cfg.p, fn)
+    if isinstance(cfg.axis, list):
+        object.__setattr__(cfg, "axis", tuple(cfg.axis))
+    _validate.check_eps(cfg.eps, fn)
+    if cfg.dtype is not None and not jnp.issubdtype(jnp.dtype(cfg.dtype), jnp.floating):
+        raise TypeError(f"{fn}: `dtype` must be a floating dtype or None; received {cfg.dtype!r}.")
+
+
+LpNormConfig = make_config(
+    "LpNormConfig",
+    (Option("p", "float", 2.0, "the norm's exponent (positive, or ``float('inf')``)."),
+     Option("axis", "Axis", -1, "axis or axes the norm runs over (torch's ``dim``)."),
+     EPS.but(default=1e-12, doc="floor of the norm (torch's 1e-12)."), DTYPE, PARAM_DTYPE),
+    _check_lp,
+)
+
+
+def lp_specs(cfg: Any) -> dict[str, Any]:
+    return {}
+
+
+def apply_lp(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
+    y = lp_normalize(cast_in(x, cfg.dtype), p=cfg.p, axis=cfg.axis, eps=cfg.eps)
+    return cast_out(y, cfg.dtype), None
+
+
+LP_NORM = Kind(
+    "LpNorm", LpNormConfig, lp_specs, apply_lp, ("x",),
+    doc="Lp normalization, ``x / max(||x||_p, eps)`` (``torch.nn.functional.normalize``; diffusers "
+        "``LpNorm``); no parameters. Calls :func:`jln.lp_normalize`.",
+    returns="(``__call__(x)``): array like ``x`` (or ``dtype``).",
+    raises="TypeError, ValueError: as :func:`jln.lp_normalize`.",
+    examples=(LINEN_IMPORTS + "  >>> x = jnp.array([[3.0, 4.0]])\n  >>> jnn.LpNorm().apply({}, x)\n  "
+              "Array([[0.6, 0.8]], dtype=float32)",
+              NNX_IMPORTS + "  >>> jnnx.LpNorm()(jnp.array([[3.0, 4.0]]))\n  Array([[0.6, 0.8]], dtype=float32)"),
+    rngs_doc="unused (no parameters).",
+)

@@ -1,0 +1,1 @@
+"""The rms_norm family (see :mod:`jln.families`)."""
