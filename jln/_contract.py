@@ -45,6 +45,14 @@ class NormSpec:
     operands: ClassVar[tuple[str, ...]] = ()
     #: Whether the statistics are centred (LayerNorm: mean and variance) or not (RMS).
     centered: ClassVar[bool] = False
+    #: Whether the Pallas kernels compute the family (:mod:`jln.kernels`).
+    pallas: ClassVar[bool] = False
+    #: Whether ``impl="auto"`` may take the Pallas kernels for it (where they compile natively
+    #: and were timed on that hardware; otherwise only ``impl="pallas"`` runs them).
+    pallas_auto: ClassVar[bool] = False
+    #: The native CPU kernel that computes the family (``"norm"``: LayerNorm/RMSNorm, ``"gated"``:
+    #: gated RMSNorm; :mod:`jln.kernels._native`), or ``None``.
+    native: ClassVar[str | None] = None
 
     def formula(self, x: Array, *operands: Array | None) -> Array:
         raise NotImplementedError

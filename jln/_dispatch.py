@@ -54,7 +54,7 @@ def choose(fn: str, impl: str, spec: NormSpec, x: Any, operands: tuple[Any, ...]
         if reason is not None:
             raise ValueError(f"{fn}: impl='pallas' is not available here: {reason}. Use impl='xla' or 'auto'.")
         return "pallas"
-    if reason is None and spec.op in kernels.AUTO_FAMILIES and kernels.native(backend, rows_and_width(x.shape, len(spec.axes))[1]):
+    if reason is None and spec.pallas_auto and kernels.native(backend, rows_and_width(x.shape, len(spec.axes))[1]):
         return "pallas"
     return "xla"
 

@@ -1,24 +1,84 @@
-"""One registry of jln's ops and conventions: the test suite, ``jln parity`` and ``jln bench``
-all sweep it, so nothing ships unswept.
+"""The registry's records: what the test suite, ``jln parity`` and ``jln bench`` sweep, so
+nothing ships unswept.
 
-An :class:`Op` knows how to make inputs for a shape and dtype, how to call jln, and how to
-call its torch reference (``jln._reference``) on the same values.
+A :class:`Function` says how to call one public function and its torch reference; an
+:class:`Op` (one op or convention of it) knows how to make inputs for a shape and dtype and
+calls both on the same values; a :class:`Family` is one folder of :mod:`jln.families`: its
+functions, ops, module kinds and torch converters. :mod:`jln._index` lists the families and
+derives every table from them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
-import jln
-from jln import _reference
+from jln._convert import Converter, Layout
+from jln._modules import Kind
 
 #: dtypes swept by default
 DTYPES = ("float32", "float64", "bfloat16", "float16")
+
+
+def trailing(ndim: int, k: int) -> tuple[int, ...]:
+    """The statistics of a row: the trailing ``k`` axes."""
+    return tuple(range(ndim - k, ndim))
+
+
+def but_last(ndim: int, k: int) -> tuple[int, ...]:
+    """BatchNorm's statistics, the channels last: every axis but the channels."""
+    return tuple(range(ndim - 1))
+
+
+def but_first(ndim: int, k: int) -> tuple[int, ...]:
+    """GroupNorm's (one group): each sample's row."""
+    return tuple(range(1, ndim))
+
+
+def spatial(ndim: int, k: int) -> tuple[int, ...]:
+    """InstanceNorm's and GRN's: the axes between the batch and the channels."""
+    return tuple(range(1, ndim - 1))
+
+
+def axis(k: int) -> Any:
+    """The ``axis=`` of the trailing ``k`` axes."""
+    return -1 if k == 1 else tuple(range(-k, 0))
+
+
+@dataclass(frozen=True)
+class Function:
+    """How the registry calls one public function and its torch reference.
+
+    ``jln(arrays, params, options, k)`` and ``torch(tensors, params, options, k)`` return a
+    tuple of outputs (``params``: the op's parameter arrays in order, ``None`` where absent;
+    ``k``: the number of trailing normalized axes). ``spec``: the contract class its calls
+    build (the kernels it has are the spec's: ``spec.pallas``); ``stat_axes(ndim, k)`` are the
+    axes the statistics run over (the backward's error floor, :meth:`Op.grad_atol`),
+    ``centered`` whether they are about the mean. ``impl``: the function takes ``impl=``.
+    ``min_rank``: the rank below which the function refuses ``x`` (as torch does), so sweeps
+    skip those shapes. ``residual``: it takes and returns the residual stream (``add_*_norm``).
+    ``flax``: the flax.linen layer ``jln bench`` times it against (``None``: flax has none).
+    """
+
+    name: str
+    jln: Callable[[dict[str, Any], list[Any], dict[str, Any], int], tuple[Any, ...]]
+    torch: Callable[[dict[str, Any], list[Any], dict[str, Any], int], tuple[Any, ...]]
+    spec: type | None = None
+    centered: bool = False
+    stat_axes: Callable[[int, int], tuple[int, ...]] = trailing
+    impl: bool = True
+    min_rank: int = 1
+    residual: bool = False
+    flax: str | None = None
+
+    @property
+    def pallas(self) -> bool:
+        """Whether the Pallas kernels compute it (``jln parity --full`` adds ``impl="pallas"``)."""
+        return bool(getattr(self.spec, "pallas", False))
 
 
 @dataclass(frozen=True)
@@ -27,7 +87,7 @@ class Op:
 
     Attributes:
       name: unique name, e.g. ``"rms_norm[llama]"``.
-      family: the public function, e.g. ``"rms_norm"``.
+      fn: the public function's record (:attr:`family`: its name, e.g. ``"rms_norm"``).
       params: per-feature parameter names among ``("scale", "bias")``.
       extra: extra array inputs: ``"residual"`` and ``"gate"`` (x-shaped), ``"shift"``/``"scale_c"``
         (per-example ``[B, D]``), ``"emb"`` (per-example ``[B, k*D]``), ``"running_mean"`` and
@@ -39,7 +99,7 @@ class Op:
     """
 
     name: str
-    family: str
+    fn: Function
     params: tuple[str, ...] = ("scale", "bias")
     extra: tuple[str, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
@@ -49,9 +109,14 @@ class Op:
     chunks: int = 0
 
     @property
+    def family(self) -> str:
+        """The public function's name, e.g. ``"rms_norm"``."""
+        return self.fn.name
+
+    @property
     def min_rank(self) -> int:
         """The smallest rank of ``x`` the op takes (sweeps skip smaller shapes)."""
-        return FAMILIES[self.family].min_rank
+        return self.fn.min_rank
 
     # -- inputs ---------------------------------------------------------------------------
     def make_inputs(self, shape: tuple[int, ...], k: int, dtype: str, param_dtype: str | None = None, seed: int = 0) -> dict[str, np.ndarray]:
@@ -62,24 +127,24 @@ class Op:
         rng = np.random.default_rng(seed)
         pdt = param_dtype or dtype
         feat = shape[len(shape) - k :]
-        out: dict[str, np.ndarray] = {"x": _cast(2 * rng.standard_normal(shape) + 0.5, dtype)}
+        out: dict[str, np.ndarray] = {"x": cast(2 * rng.standard_normal(shape) + 0.5, dtype)}
         if "residual" in self.extra:
-            out["residual"] = _cast(rng.standard_normal(shape), dtype)
+            out["residual"] = cast(rng.standard_normal(shape), dtype)
         if "scale" in self.params:
-            out["scale"] = _cast(self.scale_center + 0.1 * rng.standard_normal(feat), pdt)
+            out["scale"] = cast(self.scale_center + 0.1 * rng.standard_normal(feat), pdt)
         if "bias" in self.params:
-            out["bias"] = _cast(0.1 * rng.standard_normal(feat), pdt)
+            out["bias"] = cast(0.1 * rng.standard_normal(feat), pdt)
         cond_shape = (shape[0], shape[-1]) if len(shape) >= 2 else (shape[-1],)
         for name in ("shift", "scale_c"):
             if name in self.extra:
-                out[name] = _cast(0.3 * rng.standard_normal(cond_shape), dtype)
+                out[name] = cast(0.3 * rng.standard_normal(cond_shape), dtype)
         if "gate" in self.extra:
-            out["gate"] = _cast(rng.standard_normal(shape), dtype)
+            out["gate"] = cast(rng.standard_normal(shape), dtype)
         if "running_mean" in self.extra:  # fixed statistics in the parameters' dtype (frozen BatchNorm)
-            out["running_mean"] = _cast(0.3 * rng.standard_normal(feat), pdt)
-            out["running_var"] = _cast(0.5 + rng.random(feat), pdt)
+            out["running_mean"] = cast(0.3 * rng.standard_normal(feat), pdt)
+            out["running_var"] = cast(0.5 + rng.random(feat), pdt)
         if "emb" in self.extra:
-            out["emb"] = _cast(0.3 * rng.standard_normal(cond_shape[:-1] + (self.chunks * shape[-1],)), dtype)
+            out["emb"] = cast(0.3 * rng.standard_normal(cond_shape[:-1] + (self.chunks * shape[-1],)), dtype)
         return out
 
     def grad_atol(self, inputs: dict[str, np.ndarray], k: int = 1, ct_max: float = 5.0) -> float:
@@ -98,8 +163,7 @@ class Op:
             x = x + inputs["residual"].astype(np.float64)
         if x.size == 0:
             return 0.0
-        fam = FAMILIES[self.family]
-        axes, centered = fam.stat_axes(x.ndim, k), fam.centered
+        axes, centered = self.fn.stat_axes(x.ndim, k), self.fn.centered
         if "running_var" in inputs:  # fixed statistics (frozen BatchNorm): the buffers' spread
             spread = np.min(inputs["running_var"].astype(np.float64))
         else:
@@ -115,7 +179,7 @@ class Op:
     def takes_impl(self) -> bool:
         """Whether the op's function takes ``impl=`` (every family with kernels or an XLA path
         to choose; not modulation, nor the norms computed one way only)."""
-        return FAMILIES[self.family].impl
+        return self.fn.impl
 
     def call_jln(self, inputs: dict[str, Any], k: int = 1, **overrides: Any) -> tuple[Any, ...]:
         """Run jln on arrays (``jax.Array`` or NumPy); always returns a tuple of outputs.
@@ -124,177 +188,41 @@ class Op:
         opts = {**self.options, **overrides}
         if not self.takes_impl:
             opts.pop("impl", None)
-        return FAMILIES[self.family].jln(a, [a.get(p) for p in self.params], opts, k)
+        return self.fn.jln(a, [a.get(p) for p in self.params], opts, k)
 
     def call_torch(self, tensors: dict[str, Any], k: int = 1) -> tuple[Any, ...]:
         """Run the torch reference on tensors; always returns a tuple of outputs."""
         o = dict(self.options)
         o.pop("impl", None)
-        return FAMILIES[self.family].torch(tensors, [tensors.get(p) for p in self.params], o, k)
+        return self.fn.torch(tensors, [tensors.get(p) for p in self.params], o, k)
 
 
 @dataclass(frozen=True)
 class Family:
-    """How the registry calls one public function and its torch reference.
+    """One folder of :mod:`jln.families`: the only index entry a family has (:mod:`jln._index`).
 
-    ``jln(arrays, params, options, k)`` and ``torch(tensors, params, options, k)`` return a
-    tuple of outputs (``params``: the op's parameter arrays in order, ``None`` where absent;
-    ``k``: the number of trailing normalized axes). ``stat_axes(ndim, k)`` are the axes the
-    statistics run over (the backward's error floor, :meth:`Op.grad_atol`), ``centered``
-    whether they are about the mean. ``impl``: the function takes ``impl=``. ``min_rank``: the
-    rank below which the function refuses ``x`` (as torch does), so sweeps skip those shapes.
-    ``pallas``: the Pallas kernels compute the family's registry entries.
-    A new family is one entry of :data:`FAMILIES` and its ops in :data:`OPS`.
+    ``functions``: the public functions' records; ``ops``: the registry's ops and conventions
+    of them; ``kinds``: the module kinds (the classes of :mod:`jln.linen` and :mod:`jln.nnx`);
+    ``converters``: the torch -> jln converters, in recognition order; ``layouts``: each jln
+    class's layout back to a torch ``state_dict``; ``near_misses``: torch classes recognised
+    by computation but not reproduced, with the reason (``(references, why)``).
     """
 
-    jln: Callable[[dict[str, Any], list[Any], dict[str, Any], int], tuple[Any, ...]]
-    torch: Callable[[dict[str, Any], list[Any], dict[str, Any], int], tuple[Any, ...]]
-    centered: bool = False
-    stat_axes: Callable[[int, int], tuple[int, ...]] = lambda ndim, k: tuple(range(ndim - k, ndim))
-    impl: bool = True
-    min_rank: int = 1
-    pallas: bool = False  # the Pallas kernels compute it (jln parity --full adds impl="pallas")
+    name: str
+    functions: tuple[Function, ...] = ()
+    ops: tuple[Op, ...] = ()
+    kinds: tuple[Kind, ...] = ()
+    converters: tuple[Converter, ...] = ()
+    layouts: Mapping[str, Layout] = field(default_factory=dict)
+    near_misses: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = ()
 
 
-def _axis(k: int) -> Any:
-    return -1 if k == 1 else tuple(range(-k, 0))
-
-
-def _but_last(ndim: int, k: int) -> tuple[int, ...]:  # BatchNorm, channels last
-    return tuple(range(ndim - 1))
-
-
-def _but_first(ndim: int, k: int) -> tuple[int, ...]:  # GroupNorm: each sample's row
-    return tuple(range(1, ndim))
-
-
-def _spatial(ndim: int, k: int) -> tuple[int, ...]:  # InstanceNorm, GRN: between batch and channels
-    return tuple(range(1, ndim - 1))
-
-
-def _adaptive_torch(t: dict[str, Any], p: list[Any], o: dict[str, Any], k: int) -> tuple[Any, ...]:
-    order = jln.ORDERS[o.pop("order")]
-    return (_reference.adaptive_layer_norm(t["x"], t["emb"], *p, order=order, **o),)
-
-
-def _adaptive_rms_torch(t: dict[str, Any], p: list[Any], o: dict[str, Any], k: int) -> tuple[Any, ...]:
-    order = jln.ORDERS[o.pop("order")]
-    return (_reference.adaptive_rms_norm(t["x"], t["emb"], *p, order=order, **o),)
-
-
-#: family (the public function's name) -> how to call it and its reference
-FAMILIES: dict[str, Family] = {
-    "layer_norm": Family(
-        lambda a, p, o, k: (jln.layer_norm(a["x"], *p, axis=_axis(k), **o),),
-        lambda t, p, o, k: (_reference.layer_norm(t["x"], *p, k=k, **o),), centered=True, pallas=True),
-    "rms_norm": Family(
-        lambda a, p, o, k: (jln.rms_norm(a["x"], p[0], bias=a.get("bias"), axis=_axis(k), **o),),
-        lambda t, p, o, k: (_reference.rms_norm(t["x"], p[0], bias=t.get("bias"), k=k, **o),), pallas=True),
-    "add_layer_norm": Family(
-        lambda a, p, o, k: tuple(jln.add_layer_norm(a["x"], a["residual"], *p, axis=_axis(k), **o)),
-        lambda t, p, o, k: _reference.add_norm(t["x"], t["residual"], *p, norm="layer_norm", k=k, **o), centered=True, pallas=True),
-    "add_rms_norm": Family(
-        lambda a, p, o, k: tuple(jln.add_rms_norm(a["x"], a["residual"], *p, axis=_axis(k), **o)),
-        lambda t, p, o, k: _reference.add_norm(t["x"], t["residual"], *p, norm="rms_norm", k=k, **o), pallas=True),
-    "modulate": Family(
-        lambda a, p, o, k: (jln.modulate(a["x"], a["shift"], a["scale_c"], **o),),
-        lambda t, p, o, k: (_reference.modulate(t["x"], t["shift"], t["scale_c"], **o),), impl=False),
-    "adaptive_layer_norm": Family(
-        lambda a, p, o, k: (jln.adaptive_layer_norm(a["x"], a["emb"], *p, axis=_axis(k), **o)[0],),
-        _adaptive_torch, centered=True, pallas=True),
-    "adaptive_rms_norm": Family(
-        lambda a, p, o, k: (jln.adaptive_rms_norm(a["x"], a["emb"], *p, **o)[0],), _adaptive_rms_torch),
-    "gated_rms_norm": Family(
-        lambda a, p, o, k: (jln.gated_rms_norm(a["x"], a.get("gate"), *p, axis=_axis(k), **o),),
-        lambda t, p, o, k: (_reference.gated_rms_norm(t["x"], t.get("gate"), *p, k=k, **o),), pallas=True),
-    # batch statistics, the channels last: x [rows, D] is a batch of rows with D channels
-    "batch_norm": Family(
-        lambda a, p, o, k: (jln.batch_norm(a["x"], None, None, *p, **o)[0],),
-        lambda t, p, o, k: (_reference.batch_norm(t["x"], *p, **o),), centered=True, stat_axes=_but_last),
-    "group_norm": Family(
-        lambda a, p, o, k: (jln.group_norm(a["x"], o.pop("num_groups"), *p, **o),),
-        lambda t, p, o, k: (_reference.group_norm(t["x"], *p, **o),), centered=True, stat_axes=_but_first),
-    "instance_norm": Family(
-        lambda a, p, o, k: (jln.instance_norm(a["x"], None, None, *p, **o)[0],),
-        lambda t, p, o, k: (_reference.instance_norm(t["x"], *p, **o),), centered=True, stat_axes=_spatial,
-        min_rank=3),
-    "frozen_batch_norm": Family(
-        lambda a, p, o, k: (jln.frozen_batch_norm(a["x"], a["running_mean"], a["running_var"], *p, **o),),
-        lambda t, p, o, k: (_reference.frozen_batch_norm(t["x"], t["running_mean"], t["running_var"], *p, **o),),
-        stat_axes=lambda ndim, k: (), impl=False, min_rank=2),
-    "local_response_norm": Family(
-        lambda a, p, o, k: (jln.local_response_norm(a["x"], **o),),
-        lambda t, p, o, k: (_reference.local_response_norm(t["x"], **o),), stat_axes=lambda ndim, k: (ndim - 1,),
-        impl=False, min_rank=3),
-    "lp_normalize": Family(
-        lambda a, p, o, k: (jln.lp_normalize(a["x"], axis=_axis(k), **o),),
-        lambda t, p, o, k: (_reference.lp_normalize(t["x"], axis=_axis(k), **o),), impl=False),
-    "global_response_norm": Family(
-        lambda a, p, o, k: (jln.global_response_norm(a["x"], *p, spatial_axes=_spatial(a["x"].ndim, k), **o),),
-        lambda t, p, o, k: (_reference.global_response_norm(t["x"], *p, spatial_axes=_spatial(t["x"].dim(), k), **o),),
-        stat_axes=_spatial, impl=False, min_rank=3),
-}
-#: families computed with batch statistics (no kernels: impl "auto"/"xla" only)
-BATCH_STATS = ("batch_norm", "group_norm", "instance_norm")
-
-
-def _cast(a: np.ndarray, dtype: str) -> np.ndarray:
+def cast(a: np.ndarray, dtype: str) -> np.ndarray:
+    """``a`` rounded to ``dtype`` (bfloat16 as ml_dtypes), float64 kept."""
     if dtype == "float64":
         return np.asarray(a, np.float64)
     return np.asarray(a, np.float32).astype(jnp.dtype(dtype))
 
-
-def _rms(conv: str, **kw: Any) -> Op:
-    return Op(
-        f"rms_norm[{conv}]",
-        "rms_norm",
-        params=("scale", "bias") if conv == "diffusers" else ("scale",),
-        options={"convention": conv, **kw},
-        exact=conv != "torch",
-        scale_center=0.0 if conv in ("gemma", "input_scaled") else 1.0,
-    )
-
-
-OPS: tuple[Op, ...] = (
-    Op("layer_norm", "layer_norm"),
-    _rms("torch"),
-    _rms("llama", eps=1e-6),
-    _rms("gemma", eps=1e-6),
-    _rms("t5", eps=1e-6),
-    _rms("diffusers", eps=1e-6),
-    _rms("seed", eps=1e-8),
-    Op("modulate", "modulate", params=(), extra=("shift", "scale_c"), multi_axis=False, exact=True),
-    Op("adaptive_layer_norm[seed]", "adaptive_layer_norm", extra=("emb",), options={"order": "seed"}, multi_axis=False, chunks=2),
-    Op("adaptive_layer_norm[dit]", "adaptive_layer_norm", params=(), extra=("emb",), options={"order": "dit", "eps": 1e-6}, multi_axis=False, chunks=6),
-    Op("adaptive_layer_norm[continuous]", "adaptive_layer_norm", extra=("emb",), options={"order": "continuous", "eps": 1e-6}, multi_axis=False, chunks=2),
-    Op("add_layer_norm", "add_layer_norm", extra=("residual",)),
-    Op("add_rms_norm[torch]", "add_rms_norm", params=("scale",), extra=("residual",), options={"convention": "torch"}),
-    Op("add_rms_norm[llama]", "add_rms_norm", params=("scale",), extra=("residual",), options={"convention": "llama", "eps": 1e-6}, exact=True),
-    *(Op(f"gated_rms_norm[{conv}]", "gated_rms_norm", params=("scale",), extra=("gate",), options={"convention": conv}, exact=True)
-      for conv in ("mamba", "qwen3_next", "float32")),
-    # batch statistics, the channels last: x [rows, D] is a batch of rows with D channels
-    Op("batch_norm", "batch_norm", options={"training": True, "channel_axis": -1}, multi_axis=False),
-    Op("group_norm[1]", "group_norm", options={"num_groups": 1, "channel_axis": -1}, multi_axis=False),
-    Op("layer_norm[zero_centered]", "layer_norm", options={"zero_centered": True}, scale_center=0.0),
-    _rms("eager", eps=1e-5),
-    _rms("round_rstd", eps=1e-6),
-    _rms("input_scaled", eps=1e-6),
-    Op("adaptive_rms_norm[lumina_zero]", "adaptive_rms_norm", params=("scale",), extra=("emb",),
-       options={"order": "lumina_zero", "eps": 1e-6}, multi_axis=False, chunks=4, exact=True),
-    # the channels last; a batch, at least one spatial axis, then the channels
-    # (the general rule, as batch_norm: torch's float32 sums over a few elements tie differently)
-    Op("instance_norm", "instance_norm", options={"training": True, "channel_axis": -1}, multi_axis=False),
-    # (not bit-exact in half precision: torch's CPU rsqrt of a half tensor rounds sqrt first in the
-    # elements past its last full vector, so torch's own result depends on the channel's position)
-    Op("frozen_batch_norm", "frozen_batch_norm", extra=("running_mean", "running_var"),
-       options={"channel_axis": -1}, multi_axis=False),
-    Op("local_response_norm", "local_response_norm", params=(), options={"size": 3, "alpha": 0.1, "channel_axis": -1},
-       multi_axis=False, exact=True),
-    Op("lp_normalize", "lp_normalize", params=(), exact=True),
-    Op("global_response_norm", "global_response_norm", multi_axis=False, exact=True),
-)
-
-BY_NAME: dict[str, Op] = {op.name: op for op in OPS}
 
 
 def to_torch(inputs: dict[str, np.ndarray]) -> dict[str, Any]:

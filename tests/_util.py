@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jln import _compare, _registry
+from jln import _compare, _index, _registry
 from jln.families.rms_norm.spec import XLA_ONLY
 
 
@@ -67,8 +67,8 @@ def kernel_ops() -> list[_registry.Op]:
     LayerNorm and RMSNorm (with the fused residual step and adaptive LayerNorm's modulation)
     and gated RMSNorm (whole rows)."""
     # (the XLA-only RMSNorm conventions: the kernels refuse them, tests/test_variants_dtype.py)
-    return [op for op in _registry.OPS
-            if _registry.FAMILIES[op.family].pallas and op.options.get("convention") not in XLA_ONLY]
+    return [op for op in _index.OPS
+            if op.fn.pallas and op.options.get("convention") not in XLA_ONLY]
 
 
 def kernel_programs(op: _registry.Op, shape: tuple[int, ...], dtype: str, param_dtype: str | None = None) -> tuple[Any, Any, list[jax.Array]]:

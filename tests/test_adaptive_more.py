@@ -4,7 +4,7 @@ Each torch class is converted with ``jln.interop.from_torch`` (linen and nnx) an
 the class itself (float32: within the core's tolerance; bfloat16: bit-exact on >= 99.5% of
 elements and never more than 1 ulp off), its gradients with torch autograd, and its
 parameters round-trip into a strict ``load_state_dict``. The functions are checked against
-the torch references in ``jln._reference`` and float64.
+the torch references in the families' ``reference.py`` and float64.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 
 import jln
-from jln import _reference
 from jln import linen as jlinen
 from jln import nnx as jnnx
+from jln.families.adaptive import reference as adaptive_reference
+from jln.families.lp_norm import reference as lp_reference
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
@@ -262,10 +263,10 @@ def test_lp_normalize_matches_torch(dtype: str, p: float, axis: Any) -> None:
     x = _x((3, 4, 40), dtype)
     x = x.at[0, 0].set(0)  # an all-zero row (p=2, axis=-1): the eps floor
     y = jln.lp_normalize(x, p=p, axis=axis)
-    t = _reference.lp_normalize(_t(x), p=p, axis=axis)
+    t = lp_reference.lp_normalize(_t(x), p=p, axis=axis)
     assert y.dtype == x.dtype
     if dtype == "float32":
-        ref = _reference.lp_normalize(_t(x).double(), p=p, axis=axis).numpy()
+        ref = lp_reference.lp_normalize(_t(x).double(), p=p, axis=axis).numpy()
         np.testing.assert_allclose(np.asarray(y), ref, rtol=0, atol=3e-7)
     else:
         assert _bits(y, t) == 1.0
@@ -298,11 +299,11 @@ def test_global_response_norm_matches_torch(dtype: str, pdt: str) -> None:
     x = _x((2, 5, 7, 24), dtype)
     gamma, beta = _x((24,), pdt, 1) * 0.3, _x((24,), pdt, 2) * 0.3
     y = jln.global_response_norm(x, gamma, beta)
-    t = _reference.global_response_norm(_t(x), _t(gamma), _t(beta))
+    t = lp_reference.global_response_norm(_t(x), _t(gamma), _t(beta))
     assert str(y.dtype) == str(t.dtype).removeprefix("torch.")
     if dtype == "float32":
         args = [_t(v).double() for v in (x, gamma, beta)]
-        ref = _reference.global_response_norm(*args).numpy()
+        ref = lp_reference.global_response_norm(*args).numpy()
         np.testing.assert_allclose(np.asarray(y), ref, rtol=0, atol=2e-5 * np.abs(ref).max())
     else:
         _same(y, t)
@@ -316,7 +317,7 @@ def test_global_response_norm_identity_at_init_and_gradients() -> None:
     gamma, beta, ct = _x((8,), "float32", 1), _x((8,), "float32", 2), _x(x.shape, "float32", 3)
     gj = jax.grad(lambda a, g, b: jnp.sum(jln.global_response_norm(a, g, b) * ct), argnums=(0, 1, 2))(x, gamma, beta)
     ts = [_t(v).requires_grad_(True) for v in (x, gamma, beta)]
-    (_reference.global_response_norm(*ts) * _t(ct)).sum().backward()
+    (lp_reference.global_response_norm(*ts) * _t(ct)).sum().backward()
     for a, b in zip(gj, ts, strict=True):
         np.testing.assert_allclose(np.asarray(a), b.grad.numpy(), rtol=1e-4, atol=1e-4)
 
@@ -330,7 +331,7 @@ def test_adaptive_rms_norm_matches_torch(dtype: str, pdt: str, modulation: str) 
     emb = _x((3, 4 * 32), dtype, 1) * 0.2
     w = None if modulation == "float32" else 1 + 0.2 * _x((32,), pdt, 2)
     y, chunks = jln.adaptive_rms_norm(x, emb, w, eps=1e-6, modulation=modulation)
-    t = _reference.adaptive_rms_norm(_t(x), _t(emb), None if w is None else _t(w), order=jln.ORDERS["lumina_zero"],
+    t = adaptive_reference.adaptive_rms_norm(_t(x), _t(emb), None if w is None else _t(w), order=jln.ORDERS["lumina_zero"],
                                      eps=1e-6, modulation=modulation)
     assert str(y.dtype) == str(t.dtype).removeprefix("torch.") and sorted(chunks)[0] == "gate_mlp"
     if dtype == "float32":

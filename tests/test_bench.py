@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jln import _registry
+from jln import _index
 from jln.cli import bench as cli
 from jln.cli import main as jln_main
 from jln.cli._bench import harness as _bench
@@ -616,10 +616,10 @@ def test_import_jln_does_not_load_the_bench() -> None:
 
 
 def test_op_names_are_the_registrys_and_parity_s() -> None:
-    from jln import _registry
+    from jln import _index
 
     # one spelling everywhere: jln bench takes every registry op under its registry name
-    assert set(_bench_impls.OPS) == {op.name for op in _registry.OPS}
+    assert set(_bench_impls.OPS) == {op.name for op in _index.OPS}
     assert set(_bench_impls.DEFAULT_OPS) <= set(_bench_impls.OPS)
     parse = cli._parser().parse_args
     assert parse(["--ops", "rms_norm[llama]"]).ops == ("rms_norm[llama]",)
@@ -646,7 +646,7 @@ def test_every_op_runs_in_jln_and_its_baselines_agree(op: str) -> None:
     data = _bench.make_data(64, 64, jnp.float32, 1)
     p, _ = _bench.op_inputs(op, data, 0)
     with _bench.standard_promotion():
-        one_path = not _registry.BY_NAME[op].takes_impl
+        one_path = not _index.BY_NAME[op].takes_impl
         ref = [np.asarray(o) for o in _bench_impls.jax_op("jln" if one_path else "jln-xla", op)(p)]
         others = []
         for impl in ("flax", "jnp"):

@@ -1,5 +1,5 @@
 """Gated RMSNorm (``jln.gated_rms_norm``, ``GatedRMSNorm``): every convention against its torch
-reference (``jln._reference.gated_rms_norm``, and transformers' own classes through interop),
+reference (``jln.families.gated_rms_norm.reference``, and transformers' own classes through interop),
 forward and backward, with groups, either gate order and no gate; transforms; what reverse
 mode keeps; statistics over a sharded feature axis; the errors.
 
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import jln
-from jln import _compare, _registry
+from jln import _compare, _index, _registry
 
 from ._residuals import saved_residuals
 from ._util import check, cotangent, jln_vjp, torch_vjp, x64_if
@@ -36,7 +36,7 @@ VARIANTS = (
 
 def _op(conv: str, gate: bool = True, **options) -> _registry.Op:
     name = f"gated_rms_norm[{conv},{options}]"
-    return _registry.Op(name, "gated_rms_norm", params=("scale",), extra=("gate",) if gate else (),
+    return _registry.Op(name, _index.FUNCTIONS["gated_rms_norm"], params=("scale",), extra=("gate",) if gate else (),
                         options={"convention": conv, **options}, exact=True)
 
 

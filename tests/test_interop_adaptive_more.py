@@ -196,8 +196,8 @@ def test_refused_configurations() -> None:
 
 
 def test_module_errors() -> None:
-    from jln.families.adaptive import module as MA
     from jln.families.adaptive import conditioned as MC
+    from jln.families.adaptive import module as MA
 
     with pytest.raises(ValueError, match="`num_groups` must divide `features`"):
         MC.AdaGroupNormConfig(features=8, num_groups=3)

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from jln import _registry  # noqa: E402
+from jln import _index, _registry  # noqa: E402
 from jln.cli import main as jln_main  # noqa: E402
 from jln.cli import parity  # noqa: E402
 
@@ -77,15 +77,15 @@ class _Planted(_registry.Op):
 @pytest.mark.parametrize(
     "planted, dtype",
     [
-        (dataclasses.replace(_Planted(**vars(_registry.BY_NAME["layer_norm"])), jln_overrides=(("eps", 1e-2),)), "float32"),
-        (_Planted(**vars(_registry.BY_NAME["rms_norm[llama]"]), add_ulp=True), "bfloat16"),
-        (_Planted(**vars(_registry.BY_NAME["rms_norm[llama]"]), jln_overrides=(("convention", "torch"),)), "bfloat16"),
+        (dataclasses.replace(_Planted(**vars(_index.BY_NAME["layer_norm"])), jln_overrides=(("eps", 1e-2),)), "float32"),
+        (_Planted(**vars(_index.BY_NAME["rms_norm[llama]"]), add_ulp=True), "bfloat16"),
+        (_Planted(**vars(_index.BY_NAME["rms_norm[llama]"]), jln_overrides=(("convention", "torch"),)), "bfloat16"),
     ],
     ids=["wrong-eps", "one-ulp", "convention-swapped"],
 )
 def test_planted_mismatch_exits_1(planted: _registry.Op, dtype: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
                                   capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(_registry, "OPS", (planted,))
+    monkeypatch.setattr(_index, "OPS", (planted,))
     path = tmp_path / "p.json"
     code, out, _ = run(capsys, "--ops", planted.name, "--dtypes", dtype, "--shapes", "4x64",
                        "--no-progress", "--no-modules", "--json", str(path))
@@ -123,15 +123,15 @@ def test_torch_missing_exits_2_with_install_hint(monkeypatch: pytest.MonkeyPatch
 def test_list_and_dispatcher(capsys: pytest.CaptureFixture[str]) -> None:
     assert jln_main(["parity", "--list"]) == 0
     out = capsys.readouterr().out
-    for op in _registry.OPS:
+    for op in _index.OPS:
         assert op.name in out
     assert "module:nn.LayerNorm[linen]" in out
     assert jln_main(["parity", "--help"]) == 0
 
 
 def test_family_and_glob_filters() -> None:
-    names = [op.name for op in _registry.OPS]
-    fams = {op.name: op.family for op in _registry.OPS}
+    names = [op.name for op in _index.OPS]
+    fams = {op.name: op.family for op in _index.OPS}
     assert parity._select(["rms_norm"], names, fams, "op") == [n for n in names if n.startswith("rms_norm[")]
     assert parity._select(["add_*"], names, fams, "op") == [n for n in names if n.startswith("add_")]
     assert parity._select(["rms_norm[t5]"], names, fams, "op") == ["rms_norm[t5]"]
@@ -218,7 +218,7 @@ class _NaN(_registry.Op):
 
 def test_nan_against_a_number_shows_no_ulp_count(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(_registry, "OPS", (_NaN(**vars(_registry.BY_NAME["layer_norm"])),))
+    monkeypatch.setattr(_index, "OPS", (_NaN(**vars(_index.BY_NAME["layer_norm"])),))
     path = tmp_path / "p.json"
     code, out, _ = run(capsys, "--ops", "layer_norm", "--dtypes", "f32", "--shapes", "4x8", "--no-progress",
                        "--no-modules", "--json", str(path))

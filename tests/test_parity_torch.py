@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jln import _compare, _registry
+from jln import _compare, _index, _registry
 
 from ._util import check, cotangent, jln_vjp, torch_vjp, x64_if
 
@@ -31,7 +31,7 @@ def _fast(dtype: str, shape: tuple[int, ...], k: int, impl: str) -> bool:
 
 
 def _cases():
-    for op in _registry.OPS:
+    for op in _index.OPS:
         for dtype in _registry.DTYPES:
             pdts = [dtype]
             if dtype in ("bfloat16", "float16") and op.params:
@@ -97,21 +97,21 @@ def test_backward(op, dtype, pdt, shape, k, impl):
 def test_registry_covers_every_public_function_and_convention():
     import jln
 
-    families = {op.family for op in _registry.OPS}
+    families = {op.family for op in _index.OPS}
     # every public function that computes a norm has its entries (and its reference): the
     # constants and helpers aside
     helpers = {"CONVENTIONS", "ORDERS", "GATED_CONVENTIONS", "RunningStats", "shard_chunks", "split_condition"}
     assert families == set(jln.__all__) - helpers, set(jln.__all__) - helpers ^ families
-    assert set(_registry.FAMILIES) == families
-    conventions = {op.options.get("convention") for op in _registry.OPS if op.family == "rms_norm"}
+    assert set(_index.FUNCTIONS) == families
+    conventions = {op.options.get("convention") for op in _index.OPS if op.family == "rms_norm"}
     assert conventions == set(jln.CONVENTIONS)
-    orders = {op.options.get("order") for op in _registry.OPS if op.family == "adaptive_layer_norm"}
+    orders = {op.options.get("order") for op in _index.OPS if op.family == "adaptive_layer_norm"}
     assert {"seed", "dit", "continuous"} <= orders
 
 
 def test_planted_error_is_caught():
     """The rule rejects an output one bf16 ulp off on every element (it must be able to fail)."""
-    op = _registry.BY_NAME["rms_norm[llama]"]
+    op = _index.BY_NAME["rms_norm[llama]"]
     inputs = op.make_inputs((4, 64), 1, "bfloat16")
     (o,) = op.call_jln(inputs)
     (t,) = op.call_torch(_registry.to_torch(inputs))
@@ -124,7 +124,7 @@ def test_planted_error_is_caught():
 
 
 @pytest.mark.parametrize("impl", ["auto", "xla"])
-@pytest.mark.parametrize("op", [op for op in _registry.OPS if op.exact], ids=lambda op: op.name)
+@pytest.mark.parametrize("op", [op for op in _index.OPS if op.exact], ids=lambda op: op.name)
 def test_bitexact_under_jit(op, impl):
     """Inside jit XLA may skip rounding a fused bf16 input (excess precision); jln restores it."""
     import jax

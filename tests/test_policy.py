@@ -92,7 +92,7 @@ def test_output_dtype_bf16_input_f32_weight(conv, expected):
     w = jnp.ones((8,), jnp.float32)
     assert jln.rms_norm(x, w, convention=conv).dtype == expected
     # and what the torch reference does
-    from jln import _reference
+    from jln.families.rms_norm import reference as _reference
 
     t = _reference.rms_norm(torch.ones(2, 8, dtype=torch.bfloat16), torch.ones(8), convention=conv, eps=1e-6)
     assert str(t.dtype) == f"torch.{expected}"
@@ -125,7 +125,7 @@ def test_float16_extremes_are_finite_and_correct(conv):
         ref = torch.nn.functional.layer_norm(x64, (64,)).numpy()
     else:
         y = jln.rms_norm(xj, convention=conv)
-        from jln import _reference
+        from jln.families.rms_norm import reference as _reference
 
         ref = _reference.rms_norm(x64, convention=conv, eps={"torch": 1.2e-7, "seed": 1e-8}.get(conv, 1e-6)).numpy()
     y = np.asarray(y, np.float64)

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from jln import _registry
+from jln import _index, _registry
 from jln._compare import ulp_text
 from jln._platform import IMPLS
 from jln.cli import DTYPE_ALIASES, did_you_mean, output_path_problem
@@ -161,7 +161,7 @@ def _op_cases(
                 if op.takes_impl and impl is None:
                     # the default impl="auto" takes the native kernels on CPU: check XLA too
                     cases.append(_op_case(op, dtype, shape, k, "impl=xla", impl="xla"))
-                    if _registry.FAMILIES[op.family].pallas:
+                    if op.fn.pallas:
                         cases.append(_op_case(op, dtype, shape, k, "impl=pallas", impl="pallas"))
     return cases
 
@@ -350,7 +350,7 @@ def _module_case(spec: ModuleSpec, dtype: str, full: bool) -> Case:
             return spec.call(t64 if a[0].dtype == torch.float64 and dtype != "float64" else tmod, a)
 
         rng = np.random.default_rng(1)
-        inputs = [_registry._cast(rng.standard_normal(s), dtype) for s in spec.input_shapes]
+        inputs = [_registry.cast(rng.standard_normal(s), dtype) for s in spec.input_shapes]
         results = check_matches_torch(jm.fn(), torch_fn, inputs=inputs, reference="float64", name=spec.name)
         # and the gradients w.r.t. the parameters, under torch's names
         return results + _param_grads(jm, tmod, t64, inputs, reference="float64", rtol=None, atol=None, seed=0,
@@ -565,7 +565,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     import jax
 
-    ops = list(_registry.OPS)
+    ops = list(_index.OPS)
     module_specs = [] if args.no_modules else list(_module_specs())
     names = [op.name for op in ops] + [m.name for m in module_specs]
     families = {op.name: op.family for op in ops} | {m.name: "module" for m in module_specs}

@@ -41,9 +41,9 @@ def supported_modules() -> tuple[str, ...]:
       >>> supported_modules()[0]
       'torch.nn.LayerNorm -> LayerNorm'
     """
-    from jln.interop import _table
+    from jln import _index
 
-    return tuple(f"{c.source} -> {c.target}" for c in _table.CONVERTERS)
+    return tuple(f"{c.source} -> {c.target}" for c in _index.CONVERTERS)
 
 
 def _build(spec: Any, api: str) -> Any:
@@ -139,13 +139,13 @@ def from_torch(module: Any, *, api: str = "linen") -> Any:
     fn = "jln.interop.from_torch"
     if api not in _API:
         raise ValueError(f"{fn}: `api` must be one of {_API}; received {api!r}.")
-    from jln.interop import _arrays, _table, _variants
+    from jln import _convert, _index
 
-    _arrays.import_torch(fn)
-    conv = _table.find(module)
+    _convert.import_torch(fn)
+    conv = _index.find_converter(module)
     if conv is None:
         listed = "\n  ".join(supported_modules())
-        why = _variants.explain(module)
+        why = _explain(module)
         raise TypeError(
             f"{fn}: no converter for {type(module).__module__}.{type(module).__qualname__}. "
             + (f"{why}\n" if why else "")
@@ -166,24 +166,45 @@ def from_torch(module: Any, *, api: str = "linen") -> Any:
     return _load_nnx(jmod, variables["params"], fn)
 
 
+def _explain(m: Any) -> str | None:
+    """What differs between ``m`` and the nearest jln family, for a class no converter takes:
+    a known near miss by its code, else a hint by its name; None for anything else."""
+    from jln import _convert, _index
+
+    for refs, why in _index.NEAR_MISSES:
+        if _convert.computes_as(refs)(m):
+            return f"jln recognises its computation but cannot reproduce it: {why}."
+    name = type(m).__name__
+    if any(k in name for k in ("RMSNorm", "LayerNorm", "L2Norm")):
+        return (
+            "Its forward matches none of the computations jln recognises (the classes listed below and "
+            "their copies). The nearest families are jln.linen.LayerNorm (axis, zero_centered, use_scale, "
+            "use_bias, param_axes, convention: torch, deberta, eager) and jln.linen.RMSNorm (convention: torch, llama, "
+            "gemma, t5, diffusers, seed, eager, round_rstd, input_scaled; see jln.layer_norm's and jln.rms_norm's tables of "
+            "where each rounds): if one computes the same dtype flow, build it and "
+            "load the weights with its layout."
+        )
+    return None
+
+
 def _layout_of(module: Any, fn: str) -> Any:
     import flax.linen
     from flax import nnx
 
+    from jln import _index
     from jln import linen as jlinen
     from jln import nnx as jnnx
-    from jln.interop import _table
 
     if isinstance(module, (flax.linen.Dense, nnx.Linear)):
-        return _table.LAYOUTS["Dense"]
-    for name, layout in _table.LAYOUTS.items():
+        return _index.LAYOUTS["Dense"]
+    for name, layout in _index.LAYOUTS.items():
         for ns in (jlinen, jnnx):
             cls = getattr(ns, name, None)
             if isinstance(cls, type) and isinstance(module, cls):
                 return layout
     raise TypeError(
         f"{fn}: no torch layout for {type(module).__module__}.{type(module).__qualname__}; "
-        f"expected a jln.linen / jln.nnx module among {sorted(_table.LAYOUTS)} (or flax "
+        f"expected a jln.linen / jln.nnx module among {sorted(_index.LAYOUTS)} (or flax "
         f"Dense / nnx.Linear), as returned by jln.interop.from_torch."
     )
 
@@ -270,9 +291,9 @@ def to_torch_state_dict(variables: Any, module: Any = None) -> dict[str, Any]:
       ['bias', 'weight']
     """
     fn = "jln.interop.to_torch_state_dict"
-    from jln.interop import _arrays
+    from jln import _convert
 
-    _arrays.import_torch(fn)
+    _convert.import_torch(fn)
     if module is None:
         from flax import nnx
 
@@ -301,7 +322,7 @@ def to_torch_state_dict(variables: Any, module: Any = None) -> dict[str, Any]:
         _check_tree(module, layout, params, fn)
     arrays = layout.to_state_dict({**params, **stats} if stats else params)  # (running statistics)
     arrays = _renamed(arrays, getattr(getattr(module, "cfg", None), "torch_names", None), fn)
-    return {k: _arrays.to_torch(v, k, fn) for k, v in arrays.items()}
+    return {k: _convert.to_torch(v, k, fn) for k, v in arrays.items()}
 
 
 def _renamed(arrays: dict[str, Any], names: Any, fn: str) -> dict[str, Any]:

@@ -61,12 +61,6 @@ INTERPRET_TARGET = "gpu"
 
 _TARGETS = {"gpu": "gpu", "tpu": "tpu", "cpu": "interpret"}
 
-#: The families the kernels implement (their statistics: centred or root-mean-square).
-FAMILIES = ("layer_norm", "rms_norm", "gated_rms_norm")
-#: The families ``impl="auto"`` may send to the kernels (where :func:`native` allows): those
-#: measured on hardware. The gated RMSNorm kernel (either gate order, whole rows) is tested in
-#: interpret mode only, so it runs with ``impl="pallas"`` alone until timed on a GPU.
-AUTO_FAMILIES = ("layer_norm", "rms_norm")
 
 
 #: Widest row ``impl="auto"`` sends to the GPU kernels: the widest measured on hardware
@@ -114,7 +108,7 @@ def unsupported_reason(spec: NormSpec, x: Any, operands: tuple[Any, ...], backen
         )
     if spec.axis_name is not None:
         return _distributed.CROSS_DEVICE_REASON
-    if spec.op not in FAMILIES:
+    if not spec.pallas:  # the families the kernels implement say so (NormSpec.pallas)
         return f"no Pallas kernel for {spec.op!r} yet (it runs on the XLA path)"
     if getattr(spec, "group_size", None) is not None:
         return "the gated RMSNorm kernel takes whole-row statistics only; group_size runs on the XLA path"

@@ -9,8 +9,7 @@ same sweep, forward and backward, on XLA's intra-op thread pool.
 Contract: the XLA bodies of :mod:`jln._contract`'s LayerNorm (with adaptive modulation) and
 RMSNorm (every convention but ``seed``) specs, as stated at the top of ``cpu_norm.cc``; the
 tests compare them elementwise. Each convention's rounding becomes ``round_*``/``gemma`` flags
-derived here from the contract's own dtype rules (:attr:`RMSNormSpec.steps`,
-:func:`modulation_dtypes`).
+derived here from the contract's own dtype rules (the specs' ``steps``).
 
 Transforms: :mod:`jln.kernels._ad`, shared with the Pallas kernels: forward mode (``jvp``,
 ``jacfwd``) evaluates the XLA body's JVP, reverse mode runs the native backward kernel, which
@@ -47,8 +46,6 @@ import numpy as np
 
 from jln import _distributed, _stats
 from jln._contract import NormSpec, add_in, rows_and_width
-from jln.families.layer_norm.spec import LayerNormSpec, modulation_dtypes
-from jln.families.rms_norm.spec import RMSNormSpec
 from jln.kernels import _ad, _cpu_build, _export
 
 Array = jax.Array
@@ -338,26 +335,24 @@ def _grouped(p: Array, x_shape: tuple[int, ...], k: int, n: int) -> Array:
     return p.reshape(math.prod(x_shape[:i]), n)
 
 
-def _ln_flags(spec: LayerNormSpec) -> tuple[bool, bool, tuple[int, ...], float]:
+def _ln_flags(spec: Any) -> tuple[bool, bool, tuple[int, ...], float]:
     """LayerNorm's kernel flags ``(center, gemma, rounds, offset)``: the output rounding of
-    the spec's tail, then its modulation steps (:func:`modulation_dtypes`)."""
+    the spec's tail, then its modulation steps (``LayerNormSpec.steps``)."""
     round_b = round_f = round_s = 0
     if spec.modulated:
-        after_scale, after_shift = modulation_dtypes(spec.out_dtype, spec.shift_dtype, spec.mscale_dtype)
+        after_scale, after_shift = spec.steps
         round_b = _kind(spec.out_dtype)
         round_f = _kind(after_scale) if spec.mscale_dtype is not None else 0
         round_s = _kind(after_shift) if spec.shift_dtype is not None else 0
     return True, False, (0, 0, round_b, round_f, round_s, _kind(spec.mscale_dtype)), spec.mod_offset
 
 
-def _rms_flags(spec: RMSNormSpec) -> tuple[bool, bool, tuple[int, ...], float]:
-    """RMSNorm's kernel flags: the convention's steps (:attr:`RMSNormSpec.steps`)."""
+def _rms_flags(spec: Any) -> tuple[bool, bool, tuple[int, ...], float]:
+    """RMSNorm's kernel flags: the convention's steps (``RMSNormSpec.steps``)."""
     gemma, step_h, step_y = spec.steps
     return False, gemma, (_kind(step_h), _kind(step_y), 0, 0, 0, 0), 1.0
 
 
-#: The families these kernels implement, and each one's flags.
-FLAGS_OF: dict[str, Any] = {"layer_norm": _ln_flags, "rms_norm": _rms_flags}
 
 
 def run(spec: NormSpec, x: Array, operands: tuple[Array | None, ...], addends: tuple[Array, Array] | None = None) -> Any:
@@ -369,7 +364,7 @@ def run(spec: NormSpec, x: Array, operands: tuple[Array | None, ...], addends: t
         raise RuntimeError(f"impl='native': {reason}")
     params = (*operands, None, None, None, None)[:_NP]
     present = tuple(p is not None for p in params)
-    center, gemma, rounds, offset = FLAGS_OF[spec.op](spec)
+    center, gemma, rounds, offset = (_ln_flags if spec.centered else _rms_flags)(spec)
     k = x.ndim - len(spec.axes)
     shape2 = rows_and_width(x.shape, len(spec.axes))
     kspec = Spec(spec.on_rows(2), center, gemma, rounds, offset, present,  # type: ignore[arg-type]
@@ -388,7 +383,7 @@ def run(spec: NormSpec, x: Array, operands: tuple[Array | None, ...], addends: t
 def unsupported_reason(spec: NormSpec, x: Any, operands: tuple[Any, ...], backend: str | None = None) -> str | None:
     """``None`` when a native CPU kernel handles this call, else a sentence saying why not
     (``backend``: the platform the call runs on; default: the default backend)."""
-    if spec.op not in FLAGS_OF:
+    if spec.native != "norm":  # the LayerNorm/RMSNorm specs name these kernels
         return f"no native CPU kernel for {spec.op!r} yet (it runs on the XLA path)"
     if getattr(spec, "convention", None) == "seed":
         return "the 'seed' RMSNorm convention runs on the XLA path"

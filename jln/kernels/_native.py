@@ -12,13 +12,13 @@ from typing import Any
 from jln._contract import NormSpec
 from jln.kernels import _cpu, _cpu_gated
 
-#: family (``NormSpec.op``) -> the module with its ``run`` and ``unsupported_reason``
-MODULES: dict[str, Any] = {"layer_norm": _cpu, "rms_norm": _cpu, "gated_rms_norm": _cpu_gated}
+#: kernel (a family's ``NormSpec.native``) -> the module with its ``run`` and ``unsupported_reason``
+MODULES: dict[str, Any] = {"norm": _cpu, "gated": _cpu_gated}
 
 
 def unsupported_reason(spec: NormSpec, x: Any, operands: tuple[Any, ...], backend: str | None = None) -> str | None:
     """``None`` when a native CPU kernel handles this call, else a sentence saying why not."""
-    module = MODULES.get(spec.op)
+    module = MODULES.get(spec.native or "")
     if module is None:
         return f"no native CPU kernel for {spec.op!r} yet (it runs on the XLA path)"
     return module.unsupported_reason(spec, x, operands, backend)  # type: ignore[no-any-return]
@@ -26,4 +26,4 @@ def unsupported_reason(spec: NormSpec, x: Any, operands: tuple[Any, ...], backen
 
 def run(spec: NormSpec, x: Any, operands: tuple[Any, ...], addends: tuple[Any, Any] | None = None) -> Any:
     """The native path of ``spec.body(x, *operands)`` (see each module's ``run``)."""
-    return MODULES[spec.op].run(spec, x, operands, addends)
+    return MODULES[str(spec.native)].run(spec, x, operands, addends)

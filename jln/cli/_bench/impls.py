@@ -19,16 +19,18 @@ import jax
 import jax.numpy as jnp
 
 import jln
-from jln import _reference, _registry
+from jln import _index, _registry
+from jln.families.gated_rms_norm import reference as gated_reference
+from jln.families.rms_norm import reference as rms_reference
 
 #: Ops the bench knows, in display order: every op and convention of jln's registry
-#: (``jln._registry``), spelled as ``jln parity`` spells them (``rms_norm[llama]``).
-OPS = tuple(op.name for op in _registry.OPS)
+#: (``jln._index``), spelled as ``jln parity`` spells them (``rms_norm[llama]``).
+OPS = tuple(op.name for op in _index.OPS)
 #: Ops a sweep times when ``--ops`` is not given (one per family, two RMSNorm conventions).
 DEFAULT_OPS = ("layer_norm", "rms_norm[torch]", "rms_norm[llama]", "add_layer_norm", "add_rms_norm[torch]",
                "adaptive_layer_norm[dit]")
 #: Family of each op (``rms_norm[llama]`` -> ``rms_norm``): ``--ops rms_norm`` selects them all.
-FAMILIES = {op.name: op.family for op in _registry.OPS}
+FAMILIES = {op.name: op.family for op in _index.OPS}
 
 #: Implementations, in display order. ``jln`` is jln's public ops as users call them
 #: (``impl="auto"``); ``jln-*`` force one path with ``impl=``.
@@ -39,14 +41,15 @@ TORCH_IMPLS = ("torch", "torch-compile")
 #: eps used by every implementation (torch's LayerNorm default), so all do the same arithmetic.
 EPS = 1e-5
 #: Families that also take and return the residual stream.
-FUSED_ADD = ("add_layer_norm", "add_rms_norm")
+FUSED_ADD = tuple(name for name, fn in _index.FUNCTIONS.items() if fn.residual)
 #: Most chunks an op's condition ``emb`` holds (DiT's adaLN-Zero: 6).
 MAX_CHUNKS = 6
 
 
 #: Registry families flax.linen has no layer for (``flax`` and ``jnp`` skip them, saying so).
-_NO_FLAX = ("modulate", "adaptive_rms_norm", "frozen_batch_norm", "local_response_norm", "lp_normalize",
-            "global_response_norm")
+_NO_FLAX = tuple(name for name, fn in _index.FUNCTIONS.items() if fn.flax is None)
+#: Families whose flax baseline is a batch-statistics layer (``nn.BatchNorm``, ``GroupNorm``...).
+_BATCH_STATS = tuple(name for name, fn in _index.FUNCTIONS.items() if fn.flax in ("BatchNorm", "GroupNorm", "InstanceNorm"))
 
 
 def batched(op: str) -> bool:
@@ -63,9 +66,9 @@ def family(op: str) -> str:
 
 
 def _op(op: str) -> _registry.Op:
-    if op not in _registry.BY_NAME:
+    if op not in _index.BY_NAME:
         raise ValueError(f"unknown op {op!r}; expected one of {OPS}")
-    return _registry.BY_NAME[op]
+    return _index.BY_NAME[op]
 
 
 def _eps(op: _registry.Op) -> float:
@@ -128,11 +131,11 @@ def _flax(op: str, two_pass: bool) -> Callable[[dict[str, Any]], tuple[Any, ...]
         raise Skip(f"flax.linen has no {_convention(o)} RMSNorm convention")
     if o.family in _NO_FLAX:
         raise Skip(f"flax.linen has no {o.family}")
-    if o.family in ("gated_rms_norm", *_registry.BATCH_STATS) and two_pass:
+    if o.family in ("gated_rms_norm", *_BATCH_STATS) and two_pass:
         raise Skip(f"flax's {o.family} baseline has one variant (`flax`)")
     if o.family == "gated_rms_norm":
         return _flax_gated(o, eps)
-    if o.family in _registry.BATCH_STATS:
+    if o.family in _BATCH_STATS:
         return _flax_batch_stats(o, eps)
     fast = not two_pass
 
@@ -211,7 +214,7 @@ def _jnp(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
         raise Skip(f"no textbook jnp version of the {conv} convention (torch times its reference)")
     if o.family == "gated_rms_norm":
         raise Skip("no textbook jnp version of the gated RMSNorm (torch times its reference)")
-    if o.family in (*_registry.BATCH_STATS, *_NO_FLAX):
+    if o.family in (*_BATCH_STATS, *_NO_FLAX):
         raise Skip(f"no textbook jnp version of {o.family} (torch times its reference)")
 
     def row(p: Any, x: Any, dtype: Any) -> Any:
@@ -377,7 +380,7 @@ def torch_op(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
     """The torch function for ``op`` (what a torch user writes); raises :class:`Skip` without torch.
 
     torch's own ``F.layer_norm`` and ``F.rms_norm`` where they compute the op; the other RMSNorm
-    conventions as their reference libraries write them (``jln._reference``, the code
+    conventions as their reference libraries write them (the families' ``reference.py``, the code
     ``jln parity`` holds jln to).
     """
     try:
@@ -400,7 +403,7 @@ def torch_op(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
             h = x.float()
             h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
             return w * h.to(x.dtype)
-        return _reference.rms_norm(x, w, eps=eps, convention=conv, bias=b)
+        return rms_reference.rms_norm(x, w, eps=eps, convention=conv, bias=b)
 
     if o.family == "layer_norm":
         return lambda p: (ln(p["x"], p["scale"], p["bias"]),)
@@ -420,5 +423,5 @@ def torch_op(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
     if o.family == "modulate":
         return lambda p: (_modulate(p["x"], p["shift"], p["scale_c"]),)
     if o.family == "gated_rms_norm":
-        return lambda p: (_reference.gated_rms_norm(p["x"], p["gate"], p["scale"], eps=eps, convention=conv),)
+        return lambda p: (gated_reference.gated_rms_norm(p["x"], p["gate"], p["scale"], eps=eps, convention=conv),)
     return lambda p: o.call_torch(p)  # the other families: their torch reference

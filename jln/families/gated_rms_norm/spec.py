@@ -127,6 +127,9 @@ class GatedRMSNormSpec(NormSpec):
     op = "gated_rms_norm"
     operands = ("gate", "scale")
     centered = False
+    #: (the Pallas kernel is tested in interpret mode only: ``"auto"`` does not take it until timed on a GPU)
+    pallas = True
+    native = "gated"
 
     @property
     def result_dtype(self) -> jnp.dtype:

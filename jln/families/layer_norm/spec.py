@@ -142,6 +142,8 @@ class LayerNormSpec(NormSpec):
     op = "layer_norm"
     operands = ("scale", "bias", "shift", "mscale")
     centered = True
+    pallas = pallas_auto = True
+    native = "norm"
 
     @property
     def modulated(self) -> bool:
@@ -150,6 +152,12 @@ class LayerNormSpec(NormSpec):
     @property
     def result_dtype(self) -> jnp.dtype:
         return jnp.dtype(self.mod_dtype if self.modulated else self.out_dtype)
+
+    @property
+    def steps(self) -> tuple[jnp.dtype, jnp.dtype]:
+        """The modulation's roundings (:func:`modulation_dtypes`): the dtypes after
+        ``* (mod_offset + mscale)`` and after ``+ shift``, which the kernels apply too."""
+        return modulation_dtypes(self.out_dtype, self.shift_dtype, self.mscale_dtype)
 
     def formula(self, x: Array, *operands: Array | None) -> Array:
         """``(x - mean) * rsqrt(var + eps)``, statistics about a per-row pivot in the statistics

@@ -131,6 +131,8 @@ class RMSNormSpec(NormSpec):
     op = "rms_norm"
     operands = ("scale", "bias")
     centered = False
+    pallas = pallas_auto = True
+    native = "norm"
 
     @property
     def result_dtype(self) -> jnp.dtype:
