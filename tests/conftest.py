@@ -10,7 +10,8 @@ import pytest
 # Scripts that tests run in subprocesses. --doctest-modules would import them into the test
 # session, and _distributed_checks.py sets XLA_FLAGS for 8 host devices on import: the whole
 # session would then run on 8 devices (where impl="auto" keeps XLA instead of the CPU kernels).
-collect_ignore = ["_distributed_checks.py"]
+# typing/ holds the user code that test_typing.py type-checks (and runs, user_ok.py alone).
+collect_ignore = ["_distributed_checks.py", "typing"]
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
