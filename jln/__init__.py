@@ -2,8 +2,12 @@
 
 Pure functions hold every formula once; ``jln.linen`` and ``jln.nnx`` wrap them in Flax
 modules, ``jln.interop`` converts torch modules and checkpoints, ``jln.testing`` asserts
-parity in a user's own tests.
+parity in a user's own tests. The submodules load on first use: ``import jln`` and then
+``jln.linen.RMSNorm`` works, as ``jax.numpy`` does after ``import jax``.
 """
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from jln._distributed import shard_chunks as shard_chunks
 from jln.families.adaptive.function import ORDERS as ORDERS
@@ -28,6 +32,27 @@ from jln.families.rms_norm.function import add_rms_norm as add_rms_norm
 from jln.families.rms_norm.function import rms_norm as rms_norm
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # what the lazy attributes below are, for type checkers and IDEs
+    from jln import flax as flax
+    from jln import interop as interop
+    from jln import linen as linen
+    from jln import nnx as nnx
+    from jln import testing as testing
+
+#: the submodules ``jln.<name>`` loads on first use
+_SUBMODULES = ("flax", "interop", "linen", "nnx", "testing")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"jln.{name}")
+    raise AttributeError(f"module 'jln' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_SUBMODULES])
+
 
 __all__ = [
     "CONVENTIONS",

@@ -29,17 +29,32 @@ from __future__ import annotations
 import dataclasses
 import math
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jln import _monitor, _stats, _validate
 
 Array = jax.Array
 Params = Mapping[str, Any]
 Stats = dict[str, Any] | None
+#: A parameter initializer ``init(key, shape, dtype) -> Array`` (flax's, or one wrapped by
+#: ``with_partitioning``), as the faces' options type it.
+Initializer = Callable[..., Any]
+#: ``torch_names``: torch's default tensor name -> the class's (a mapping, or its pairs).
+TorchNames = Mapping[str, str] | Sequence[tuple[str, str]]
+
+
+def literal(choices: Any, *, optional: bool = False) -> str:
+    """The annotation text ``Literal[...]`` of an option that takes one of ``choices`` (a
+    tuple, or a dict's keys), ``| None`` when ``optional``: the type the faces write, built
+    from the tuple the checks use, so the two cannot drift."""
+    text = "Literal[" + ", ".join(repr(c) for c in choices).replace("'", '"') + "]"
+    return text + " | None" if optional else text
+
 
 # --------------------------------------------------------------------------- param specs
 
@@ -188,13 +203,20 @@ class Option:
 
 
 def make_config(name: str, options: tuple[Option, ...], check: Callable[[Any], None], **members: Any) -> type:
-    """The frozen dataclass holding ``options`` (in that order), validated by ``check`` in
-    ``__post_init__``; each field keeps its doc line in ``metadata["doc"]``."""
+    """The frozen dataclass holding ``options`` (in that order), validated in ``__post_init__``:
+    each ``bool`` option is a bool, then ``check``; each field keeps its doc line in
+    ``metadata["doc"]``."""
+    fn = f"jln {name.removesuffix('Config')}"
+    flags = tuple(o.name for o in options if o.type == "bool")
 
     def field(o: Option) -> Any:
         return dataclasses.field(default=o.default, metadata={"doc": o.doc})
 
     def __post_init__(self: Any) -> None:
+        for flag in flags:  # (a string such as "yes" would read as True further on)
+            value = getattr(self, flag)
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{fn}: `{flag}` must be True or False; received {value!r}.")
         check(self)
 
     return dataclasses.make_dataclass(
@@ -208,28 +230,28 @@ def required(name: str, doc: str) -> Option:
 
 
 EPS = Option("eps", "float", 1e-5, "LayerNorm eps, added to the variance (torch's default 1e-5).")
-DTYPE = Option("dtype", "Any", None, "``None``: output in ``x.dtype`` (Dense layers run in the main "
+DTYPE = Option("dtype", "DTypeLike | None", None, "``None``: output in ``x.dtype`` (Dense layers run in the main "
                "input's dtype); else compute in and return this dtype.")
-PARAM_DTYPE = Option("param_dtype", "Any", jnp.float32, "dtype of the parameters (float32).")
-IMPL = Option("impl", "str", "auto", '``"auto"``, ``"xla"``, ``"native"`` or ``"pallas"``, as '
+PARAM_DTYPE = Option("param_dtype", "DTypeLike", jnp.float32, "dtype of the parameters (float32).")
+IMPL = Option("impl", "Impl", "auto", '``"auto"``, ``"xla"``, ``"native"`` or ``"pallas"``, as '
               ":func:`jln.layer_norm`.")
 MONITOR = Option("monitor", "bool", False, "record per-row input/output statistics "
                  "(``jln._monitor.row_stats``): linen sows them into ``\"intermediates\"``, NNX "
                  "as an ``nnx.Intermediate``, both named ``\"stats\"``.")
 COMPUTE = (DTYPE, PARAM_DTYPE, IMPL, MONITOR)
 DISTRIBUTED = (
-    Option("axis_name", "Any", None, "inside ``jax.shard_map``/``jax.pmap``, the mesh axis over which "
+    Option("axis_name", "Hashable | None", None, "inside ``jax.shard_map``/``jax.pmap``, the mesh axis over which "
            "the normalized axis is split (tensor parallelism); parameters are then the local "
            "blocks, see :func:`jln.layer_norm`. The monitor's statistics stay per device."),
-    Option("axis_index_groups", "Any", None, "with ``axis_name``, the device groups that each hold "
+    Option("axis_index_groups", "Sequence[Sequence[int]] | None", None, "with ``axis_name``, the device groups that each hold "
            "one row's blocks (as ``jax.lax.psum``)."),
 )
-SCALE_INIT = Option("scale_init", "Any", None, "initializer ``init(key, shape, dtype)`` of the "
+SCALE_INIT = Option("scale_init", "Initializer | None", None, "initializer ``init(key, shape, dtype)`` of the "
                     "norm's ``scale``; ``None``: ones. Wrap one in flax's ``with_partitioning`` "
                     "(linen: or ``with_logical_partitioning``) to annotate how a sharded model "
                     "splits the parameter.")
-BIAS_INIT = Option("bias_init", "Any", None, "initializer of the norm's ``bias``; ``None``: zeros.")
-TORCH_NAMES = Option("torch_names", "Any", None, "the torch ``state_dict`` names of a class that holds "
+BIAS_INIT = Option("bias_init", "Initializer | None", None, "initializer of the norm's ``bias``; ``None``: zeros.")
+TORCH_NAMES = Option("torch_names", "TorchNames | None", None, "the torch ``state_dict`` names of a class that holds "
                      "this norm's tensors under other names: a mapping from torch's default name to the "
                      "class's (``{\"weight\": \"norm.weight\", \"bias\": \"norm.bias\"}``, "
                      "``{\"weight\": \"gamma\"}``; a name with ``{}``, ``\"norms.{}.weight\"``, splits the "
@@ -242,14 +264,14 @@ USE_SCALE = Option("use_scale", "bool", True, "learnable ``scale`` (torch's ``el
 USE_BIAS = Option("use_bias", "bool", True, "learnable ``bias`` (torch's ``bias``).")
 FEATURES = required("features", "d, the size of ``x``'s last axis (with ``axis_name``: the local size).")
 INITS = (
-    Option("kernel_init", "Any", None, "initializer of every Dense kernel; ``None``: torch's."),
-    Option("bias_init", "Any", None, "initializer of every Dense bias; ``None``: torch's."),
+    Option("kernel_init", "Initializer | None", None, "initializer of every Dense kernel; ``None``: torch's."),
+    Option("bias_init", "Initializer | None", None, "initializer of every Dense bias; ``None``: torch's."),
 )
 
 
 def dense_inits(name: str, default: str) -> tuple[Option, Option]:
-    return (Option(f"{name}_kernel_init", "Any", None, f"``{name}``'s kernel initializer; ``None``: {default}."),
-            Option(f"{name}_bias_init", "Any", None, f"``{name}``'s bias initializer; ``None``: {default}."))
+    return (Option(f"{name}_kernel_init", "Initializer | None", None, f"``{name}``'s kernel initializer; ``None``: {default}."),
+            Option(f"{name}_bias_init", "Initializer | None", None, f"``{name}``'s bias initializer; ``None``: {default}."))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,6 +290,8 @@ class Shape:
     infer: Callable[[Any, Array, str, str], Any]  # (cfg, x, input name, fn)
     check: Callable[[Any, Array, Any, str], None] | None = None  # (cfg, x, size, fn)
     stored: Callable[[Any, Mapping[str, Any]], Any] = lambda cfg, flat: 1  # (cfg, flat params)
+    #: the annotation of what ``take`` returns (the NNX module's attribute of this name)
+    held: str = "int"
 
 
 def stored_rows(path: str) -> Callable[[Any, Mapping[str, Any]], int]:
@@ -323,7 +347,7 @@ def stored_features(cfg: Any, flat: Mapping[str, Any]) -> tuple[int, ...]:
 
 NUM_FEATURES = Shape(
     "num_features", "int | tuple[int, ...]", "shape of ``x`` at ``axis`` (LayerNorm: at ``param_axes`` when set; an int for one axis).", 0,
-    _validate.num_features_shape, infer_features, check_features, stored_features,
+    _validate.num_features_shape, infer_features, check_features, stored_features, "tuple[int, ...]",
 )
 
 
@@ -393,7 +417,9 @@ class Kind:
     rngs_doc: str
     shapes: tuple[Shape, ...] = ()
     positional: int = 0
-    call_options: tuple[tuple[str, Any], ...] = ()  # (name, default), after the inputs
+    call_options: tuple[tuple[str, Any, str], ...] = ()  # (name, default, annotation), after the inputs
+    #: the annotation of what ``__call__`` returns
+    output: str = "jax.Array"
     dropout: bool = False
     flax_twin: bool = False  # flax has a module of this name (jln.flax.<api>.<name>)
     #: running statistics (``jln.families.batch_norm.module``): ``state(cfg, *shapes)`` gives their specs;

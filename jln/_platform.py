@@ -6,12 +6,13 @@ import contextlib
 import contextvars
 import functools
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal, get_args
 
 import jax
 
 #: The values of every public function's ``impl=``.
-IMPLS = ("auto", "xla", "pallas", "native")
+Impl = Literal["auto", "xla", "pallas", "native"]
+IMPLS: tuple[str, ...] = get_args(Impl)
 
 _PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar("jln_eager_platform", default=None)
 

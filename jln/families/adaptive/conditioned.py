@@ -96,10 +96,10 @@ AdaGroupNormConfig = make_config(
     (FEATURES.but(doc="C, the channels of ``x`` (axis 1, torch's NCHW)."),
      Option("num_groups", "int", 32, "groups of channels the statistics run over (torch's ``num_groups``)."),
      EPS.but(doc="the GroupNorm's eps (1e-5)."),
-     Option("activation", "str | None", None, "applied to ``emb`` before ``linear``: ``None`` (diffusers' "
+     Option("activation", M.literal(M.COND_ACTIVATIONS, optional=True), None, "applied to ``emb`` before ``linear``: ``None`` (diffusers' "
             "default), ``\"silu\"`` (Kandinsky 3), ``\"swish\"``, ``\"mish\"``, ``\"gelu\"``, ``\"relu\"``."),
      USE_BIAS.but(doc="the Dense's bias."),
-     Option("proj_name", "str", "linear", "the Dense's parameter name: ``\"linear\"`` (diffusers "
+     Option("proj_name", M.literal(PROJ_NAMES), "linear", "the Dense's parameter name: ``\"linear\"`` (diffusers "
             "``AdaGroupNorm``) or ``\"context_mlp\"`` (Kandinsky 3, torch ``context_mlp.1``)."),
      *COMPUTE, *dense_inits("linear", "torch ``nn.Linear``'s")),
     _check_group,
@@ -169,7 +169,7 @@ AdaLNTableConfig = make_config(
     (FEATURES, EPS.but(default=1e-6, doc="the LayerNorm's eps (Sana: 1e-6)."),
      Option("elementwise_affine", "bool", False, "the LayerNorm's own ``scale`` and ``bias`` (Sana: none)."),
      USE_BIAS.but(doc="with ``elementwise_affine``, the LayerNorm's ``bias``."),
-     Option("order", "Any", "shift_scale", "the rows of ``scale_shift_table``: ``\"shift_scale\"`` (Sana) or "
+     Option("order", "ChunkOrder", "shift_scale", "the rows of ``scale_shift_table``: ``\"shift_scale\"`` (Sana) or "
             "a tuple of names with ``\"shift\"`` and/or ``\"scale\"``."),
      *COMPUTE, SCALE_INIT.but(doc="the LayerNorm's ``scale`` initializer; ``None``: ones."),
      M.BIAS_INIT.but(doc="the LayerNorm's ``bias`` initializer; ``None``: zeros.")),
@@ -273,7 +273,7 @@ MODULATED_RMS_NORM = Kind(
     examples=(LINEN_IMPORTS + "  >>> x = jnp.ones((2, 5, 8))\n  >>> jnn.ModulatedRMSNorm(eps=1e-6).apply({}, x, "
               "2 * jnp.ones((2, 1, 8))).shape\n  (2, 5, 8)",
               NNX_IMPORTS + "  >>> jnnx.ModulatedRMSNorm(eps=1e-6)(jnp.ones((2, 5, 8))).shape\n  (2, 5, 8)"),
-    rngs_doc="unused (no parameters).", call_options=(("scale", None),),
+    rngs_doc="unused (no parameters).", call_options=(("scale", None, "jax.Array | None"),),
 )
 
 # --------------------------------------------------------------------------- AdaRMSNorm
@@ -318,7 +318,7 @@ def apply_ada_rms(params: Params, x: Array, cond: Array, cfg: Any) -> tuple[tupl
 
 
 ADA_RMS_NORM = Kind(
-    "AdaRMSNorm", AdaRMSNormConfig, ada_rms_specs, apply_ada_rms, ("x", "cond"),
+    "AdaRMSNorm", AdaRMSNormConfig, ada_rms_specs, apply_ada_rms, ("x", "cond"), output="tuple[jax.Array, jax.Array]",
     doc="RMSNorm with scale, shift and a residual gate predicted from a condition (transformers "
         "``PI05AdaptiveRMSNorm``).\n\n"
         "``(scale, shift, gate) = dense(cond)`` in ``cond``'s dtype (no activation); "

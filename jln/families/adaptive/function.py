@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
 
 from jln import _dispatch, _eager, _stats, _validate
+from jln._platform import Impl
 from jln._validate import Axis
 from jln.families.layer_norm.spec import LayerNormSpec, modulation_rounded
+from jln.families.rms_norm.spec import RMSConvention
 
 Array = jax.Array
 
@@ -48,8 +50,12 @@ ORDERS: dict[str, tuple[str, ...]] = {
     "pi05": ("scale", "shift", "gate"),
 }
 
+#: A named chunk order of :data:`ORDERS` (a test holds the two equal), or the chunk names themselves.
+OrderName = Literal["seed", "dit", "dit_final", "dit_single", "continuous", "sd35_x", "lumina_zero", "cogvideox", "cogview3plus", "scale_only", "cogview4", "shift_scale", "pi05"]
+ChunkOrder = OrderName | Sequence[str]
 
-def resolve_order(order: str | Sequence[str], fn: str) -> tuple[str, ...]:
+
+def resolve_order(order: ChunkOrder, fn: str) -> tuple[str, ...]:
     if isinstance(order, str):
         if order not in ORDERS:
             raise ValueError(
@@ -63,7 +69,7 @@ def resolve_order(order: str | Sequence[str], fn: str) -> tuple[str, ...]:
     return names
 
 
-def split_condition(emb: Array, order: str | Sequence[str] = "seed") -> dict[str, Array]:
+def split_condition(emb: Array, order: ChunkOrder = "seed") -> dict[str, Array]:
     """Split a projected condition ``emb [..., k*D]`` into its k named chunks ``[..., D]``.
 
     Args:
@@ -218,12 +224,12 @@ def adaptive_layer_norm(
     scale: Array | None = None,
     bias: Array | None = None,
     *,
-    order: str | Sequence[str] = "seed",
+    order: ChunkOrder = "seed",
     use: Sequence[str | None] | None = None,
     axis: Axis = -1,
     eps: float = 1e-5,
     scale_offset: float = 1.0,
-    impl: str = "auto",
+    impl: Impl = "auto",
     axis_name: Any = None,
     axis_index_groups: Any = None,
 ) -> tuple[Array, dict[str, Array]]:
@@ -289,7 +295,8 @@ def adaptive_layer_norm(
 
 
 #: How :func:`adaptive_rms_norm` rounds its modulation.
-RMS_MODULATIONS = ("rounded", "float32")
+RMSModulation = Literal["rounded", "float32"]
+RMS_MODULATIONS: tuple[str, ...] = get_args(RMSModulation)
 
 
 @_eager.compiled_when_eager("x", "emb", "scale")
@@ -298,13 +305,13 @@ def adaptive_rms_norm(
     emb: Array,
     scale: Array | None = None,
     *,
-    order: str | Sequence[str] = "lumina_zero",
+    order: ChunkOrder = "lumina_zero",
     use: Sequence[str | None] | None = None,
     eps: float | None = None,
-    convention: str = "diffusers",
-    modulation: str = "rounded",
+    convention: RMSConvention = "diffusers",
+    modulation: RMSModulation = "rounded",
     scale_offset: float = 1.0,
-    impl: str = "auto",
+    impl: Impl = "auto",
     axis_name: Any = None,
     axis_index_groups: Any = None,
 ) -> tuple[Array, dict[str, Array]]:

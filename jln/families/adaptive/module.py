@@ -16,6 +16,7 @@ from jln import _validate
 from jln._modules import (
     BIAS_INIT,
     COMPUTE,
+    COND_ACTIVATIONS,
     DENSE_RNGS,
     DISTRIBUTED,
     EPS,
@@ -39,6 +40,7 @@ from jln._modules import (
     dense_inits,
     dense_specs,
     distributed,
+    literal,
     make_config,
     norm_affine_specs,
     record,
@@ -77,7 +79,7 @@ ADAPTIVE_DISTRIBUTED = (
 )
 AdaptiveLayerNormConfig = make_config(
     "AdaptiveLayerNormConfig",
-    (FEATURES, EPS, Option("order", "Any", "seed", "chunk order of ``proj(cond)``; ``\"seed\"`` = (scale, "
+    (FEATURES, EPS, Option("order", "ChunkOrder", "seed", "chunk order of ``proj(cond)``; ``\"seed\"`` = (scale, "
                            "shift) = (gamma, beta)."),
      USE_SCALE.but(doc="the LayerNorm's own ``scale``."), USE_BIAS.but(doc="the LayerNorm's own ``bias``."),
      *COMPUTE, *ADAPTIVE_DISTRIBUTED, SCALE_INIT.but(doc="the LayerNorm's ``scale`` initializer; ``None``: ones."),
@@ -149,7 +151,7 @@ AdaLNZeroConfig = make_config(
                       "gate_msa, scale_mlp, gate_mlp: Lumina, Mochi; no shifts)."),
      EPS.but(default=1e-6, doc="the norm's eps (DiT: 1e-6)."), USE_BIAS.but(doc="the Dense ``linear``'s bias."),
      *COMPUTE, *ADAPTIVE_DISTRIBUTED, *dense_inits("linear", "zeros (adaLN-Zero)"),
-     Option("norm_type", "str", "layer_norm", "``\"layer_norm\"``; ``\"rms_norm\"`` (diffusers' RMSNorm, "
+     Option("norm_type", literal(ZERO_NORM_TYPES), "layer_norm", "``\"layer_norm\"``; ``\"rms_norm\"`` (diffusers' RMSNorm, "
             "then torch's rounding after each op: Lumina); ``\"fp32_rms_norm\"`` (diffusers' RMSNorm on "
             "float32 ``x``, modulated in float32 and rounded once to ``x.dtype``: Mochi)."),
      Option("elementwise_affine", "bool", False, "the norm's own ``scale`` (and a LayerNorm's ``bias``): "
@@ -249,18 +251,18 @@ AdaLNContinuousConfig = make_config(
     (FEATURES, EPS.but(doc="the norm's eps (1e-5)."),
      Option("elementwise_affine", "bool", True, "the norm's own ``scale`` (and ``bias`` for layer_norm)."),
      USE_BIAS.but(doc="the Dense bias and the LayerNorm bias (diffusers' ``bias``)."),
-     Option("norm_type", "str", "layer_norm", "``\"layer_norm\"`` or ``\"rms_norm\"`` (diffusers' RMSNorm)."),
+     Option("norm_type", literal(NORM_TYPES), "layer_norm", "``\"layer_norm\"`` or ``\"rms_norm\"`` (diffusers' RMSNorm)."),
      *COMPUTE, *ADAPTIVE_DISTRIBUTED,
      SCALE_INIT.but(doc="the norm's ``scale`` initializer (with ``elementwise_affine``); ``None``: ones."),
      BIAS_INIT.but(doc="the norm's ``bias`` initializer; ``None``: zeros."),
      *dense_inits("linear", "torch ``nn.Linear``'s"),
-     Option("order", "Any", "continuous", "chunk order of ``linear(SiLU(cond))``: ``\"continuous\"`` "
+     Option("order", "ChunkOrder", "continuous", "chunk order of ``linear(SiLU(cond))``: ``\"continuous\"`` "
             "(scale, shift: diffusers ``AdaLayerNormContinuous``, ``AdaLayerNorm``), ``\"dit_final\"`` "
             "(shift, scale: ``AdaLayerNorm(chunk_dim=1)``) or ``(\"scale\", \"shift\")``-like tuples."),
-     Option("project_in", "str", "x", "the dtype the Dense runs in: ``\"x\"`` (``SiLU(cond)`` cast to "
+     Option("project_in", literal(PROJECT_IN), "x", "the dtype the Dense runs in: ``\"x\"`` (``SiLU(cond)`` cast to "
             "``x``'s dtype, as ``AdaLayerNormContinuous``) or ``\"cond\"`` (the condition's own, as "
             "``AdaLayerNorm`` and Qwen2.5-Omni's ``AdaLayerNormZero_Final``)."),
-     Option("activation", "str | None", "silu", "the activation applied to ``cond`` before ``linear``: "
+     Option("activation", literal(COND_ACTIVATIONS, optional=True), "silu", "the activation applied to ``cond`` before ``linear``: "
             "``\"silu\"`` (diffusers), ``None`` (CogView4's final norm) or another of "
             "``jln._modules.COND_ACTIVATIONS``."),
      ),
@@ -310,7 +312,7 @@ ADAPTIVE_LAYER_NORM = Kind(
     rngs_doc=DENSE_RNGS, shapes=(cond_features("cond", "proj/kernel"),), positional=1,
 )
 ADA_LN_ZERO = Kind(
-    "AdaLNZero", AdaLNZeroConfig, ada_ln_zero_specs, apply_ada_ln_zero, ("x", "emb"),
+    "AdaLNZero", AdaLNZeroConfig, ada_ln_zero_specs, apply_ada_ln_zero, ("x", "emb"), output="tuple[jax.Array, ...]",
     doc="DiT's adaLN-Zero (diffusers ``AdaLayerNormZero`` / ``AdaLayerNormZeroSingle`` / "
         "``SD35AdaLayerNormZeroX`` / ``LuminaRMSNormZero`` / ``MochiRMSNormZero``, Qwen2.5-Omni's "
         "``AdaLayerNormZero``).\n\n"
@@ -399,11 +401,11 @@ AdaLNZeroJointConfig = make_config(
      *dense_inits("linear", "torch ``nn.Linear``'s"),
      Option("num_chunks", "int", 6, "6 (CogVideoX: shift, scale, gate, enc_shift, enc_scale, enc_gate) or 12 "
             "(CogView3-Plus: DiT's six for ``x``, then for ``context``; LayerNorms without affine)."),
-     Option("layout", "str | None", None, "how the chunks are laid out and returned: ``None`` (by "
+     Option("layout", literal(JOINT_LAYOUTS, optional=True), None, "how the chunks are laid out and returned: ``None`` (by "
             "``num_chunks``: ``\"cogvideox\"`` or ``\"cogview3plus\"``), ``\"cogview4\"`` (12 chunks, the "
             "image's and the text's interleaved: CogView4, GLM-Image) or ``\"easyanimate\"`` (CogVideoX's six, "
             "gates returned ``[B, d]``)."),
-     Option("activation", "str | None", "silu", "applied to ``emb`` before ``linear``: ``\"silu\"``; "
+     Option("activation", literal(COND_ACTIVATIONS, optional=True), "silu", "applied to ``emb`` before ``linear``: ``\"silu\"``; "
             "``None`` for CogView4 / GLM-Image.")),
     _check_joint,
 )
@@ -447,6 +449,7 @@ def apply_joint(params: Params, x: Array, context: Array, emb: Array, cfg: Any) 
 
 ADA_LN_ZERO_JOINT = Kind(
     "AdaLNZeroJoint", AdaLNZeroJointConfig, joint_specs, apply_joint, ("x", "context", "emb"),
+    output="tuple[jax.Array, ...]",
     doc="adaLN-Zero over two token streams sharing one LayerNorm (diffusers ``CogVideoXLayerNormZero``; "
         "``CogView3PlusAdaLayerNormZeroTextImage`` with ``num_chunks=12``).\n\n"
         "``(shift, scale, gate, enc_shift, enc_scale, enc_gate) = linear(SiLU(emb))`` in ``emb``'s "
@@ -492,7 +495,7 @@ AdaLNScaleConfig = make_config(
     (FEATURES, EPS.but(doc="the norm's eps (1e-5)."),
      Option("elementwise_affine", "bool", True, "the norm's own ``scale`` (and ``bias`` for layer_norm)."),
      USE_BIAS.but(doc="the Dense biases and the LayerNorm bias (diffusers' ``bias``)."),
-     Option("norm_type", "str", "layer_norm", "``\"layer_norm\"``, ``\"rms_norm\"`` (diffusers' RMSNorm) or "
+     Option("norm_type", literal(ZERO_NORM_TYPES), "layer_norm", "``\"layer_norm\"``, ``\"rms_norm\"`` (diffusers' RMSNorm) or "
             "``\"fp32_rms_norm\"`` (Mochi: float32 norm and modulation, one rounding)."),
      Option("out_features", "int | None", None, "with a size, a Dense ``linear_2`` (``features -> "
             "out_features``) after the modulation (Lumina's ``out_dim``)."),
@@ -649,7 +652,7 @@ def apply_single(
 
 
 ADA_LN_SINGLE = Kind(
-    "AdaLNSingle", AdaLNSingleConfig, single_specs, apply_single, ("timestep",),
+    "AdaLNSingle", AdaLNSingleConfig, single_specs, apply_single, ("timestep",), output="tuple[jax.Array, jax.Array]",
     doc="PixArt's adaLN-single (diffusers ``AdaLayerNormSingle``): the one timestep embedding that "
         "all blocks' ``scale_shift_table`` modulations share; it normalizes nothing itself.\n\n"
         "``cond = linear_2(SiLU(linear_1(sinusoid(t))))`` (the sinusoid of 256 channels, cos then sin, "
@@ -666,5 +669,6 @@ ADA_LN_SINGLE = Kind(
               NNX_IMPORTS + "  >>> m = jnnx.AdaLNSingle(8, rngs=nnx.Rngs(0))\n  >>> [o.shape for o in "
               "m(jnp.array([1.0, 500.0]))]\n  [(2, 48), (2, 8)]"),
     rngs_doc="``nnx.Rngs`` for the Dense kernel init.",
-    call_options=(("resolution", None), ("aspect_ratio", None), ("hidden_dtype", None)), positional=1,
+    call_options=(("resolution", None, "jax.Array | None"), ("aspect_ratio", None, "jax.Array | None"), ("hidden_dtype", None, "DTypeLike | None")),
+    positional=1,
 )

@@ -15,10 +15,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from jln import _eager, _stats, _validate
+from jln._platform import Impl
 from jln.families.batch_norm.spec import (
     ACTIVATIONS,
     BatchStatSpec,
     FrozenBatchNormSpec,
+    OutputActivation,
     RunningStatSpec,
     activate,
 )
@@ -103,7 +105,7 @@ def batch_norm(
     channel_axis: int = 1,
     axis_name: Any = None,
     axis_index_groups: Any = None,
-    impl: str = "auto",
+    impl: Impl = "auto",
 ) -> tuple[Array, RunningStats]:
     r"""Batch normalization with ``torch.nn.functional.batch_norm``'s semantics, as a pure function.
 
@@ -267,7 +269,7 @@ def instance_norm(
     momentum: float | None = 0.1,
     eps: float = 1e-5,
     channel_axis: int = 1,
-    impl: str = "auto",
+    impl: Impl = "auto",
 ) -> tuple[Array, RunningStats]:
     r"""Instance normalization with ``torch.nn.InstanceNorm*d``'s semantics, as a pure function.
 
@@ -326,9 +328,9 @@ def group_norm(
     *,
     eps: float = 1e-5,
     channel_axis: int = 1,
-    impl: str = "auto",
+    impl: Impl = "auto",
     frame_axis: int | None = None,
-    activation: str | None = None,
+    activation: OutputActivation | None = None,
 ) -> Array:
     r"""Group normalization, numerically ``torch.nn.functional.group_norm``'s.
 

@@ -122,7 +122,7 @@ GroupNormConfig = M.make_config(
                         M.Option("frame_axis", "int | None", None, "an axis whose every index gets its own "
                                  "statistics (2: each frame of ``[N, C, T, H, W]`` video, as the video VAEs' "
                                  "per-frame GroupNorm); ``None``: torch's GroupNorm."),
-                        M.Option("activation", "str | None", None, "``\"relu\"``, ``\"silu\"`` or "
+                        M.Option("activation", M.literal(ACTIVATIONS, optional=True), None, "``\"relu\"``, ``\"silu\"`` or "
                                  "``\"gelu\"`` applied to the output (transformers' "
                                  "``BitGroupNormActivation``); ``None``: none.")), _check("jln GroupNorm"),
 )
@@ -202,7 +202,7 @@ _STATE_DOC = (
 _RAISES = ("TypeError, ValueError: bad options (``momentum`` outside [0, 1], ``impl`` ``\"native\"``/"
            "``\"pallas\"``), an input whose channels differ from the module's, and (linen) "
            "``use_running_average=False`` without ``mutable=[\"batch_stats\"]``; as the function otherwise.")
-_CALL = (("use_running_average", None),)
+_CALL = (("use_running_average", None, "bool | None"),)
 
 BATCH_NORM = M.Kind(
     "BatchNorm", BatchNormConfig, lambda cfg, n: affine_specs(cfg, n), apply_batch_norm, ("x",),

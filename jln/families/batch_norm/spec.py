@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -179,7 +179,8 @@ class FrozenBatchNormSpec(NormSpec):
 
 
 #: the activations GroupNorm can apply after its output (transformers' ``BitGroupNormActivation``)
-ACTIVATIONS = ("relu", "silu", "gelu")
+OutputActivation = Literal["relu", "silu", "gelu"]
+ACTIVATIONS: tuple[str, ...] = get_args(OutputActivation)
 
 
 def activate(y: Array, activation: str | None) -> Array:

@@ -27,6 +27,7 @@ from jln._modules import (
     compute_dtype,
     dense,
     dense_specs,
+    literal,
     make_config,
     norm_affine_specs,
     qkv_kernel_init,
@@ -173,13 +174,13 @@ def _check_encoder_layer(cfg: Any) -> None:
 
 
 _TORCH = "as torch's ``nn.TransformerEncoderLayer``"
-EncoderLayerConfig = make_config(
-    "EncoderLayerConfig",
+TransformerEncoderLayerConfig = make_config(
+    "TransformerEncoderLayerConfig",
     (required("d_model", f"the model width, {_TORCH}."), required("nhead", f"attention heads, {_TORCH}."),
      Option("dim_feedforward", "int", 2048, f"the feed-forward width, {_TORCH}."),
      Option("dropout", "float", 0.1, "dropout rate on the attention weights, after the activation and on "
             "each branch (off unless asked for: linen ``deterministic=False``, NNX ``.train()``)."),
-     Option("activation", "str", "relu", "``\"relu\"`` or ``\"gelu\"`` (exact)."),
+     Option("activation", literal(ACTIVATIONS), "relu", "``\"relu\"`` or ``\"gelu\"`` (exact)."),
      EPS.but(name="layer_norm_eps", doc=f"the LayerNorms' eps, {_TORCH}."),
      Option("batch_first", "bool", False, "``src`` is ``[B, T, D]`` rather than ``[T, B, D]``."),
      Option("norm_first", "bool", False, "Pre-LN (``x + SA(norm1(x))``) rather than Post-LN."),
@@ -373,7 +374,7 @@ def apply_dit_block(params: Params, x: Array, c: Array, cfg: Any) -> tuple[Array
 
 
 TRANSFORMER_ENCODER_LAYER = Kind(
-    "TransformerEncoderLayer", EncoderLayerConfig, encoder_layer_specs, apply_encoder_layer, ("src",),
+    "TransformerEncoderLayer", TransformerEncoderLayerConfig, encoder_layer_specs, apply_encoder_layer, ("src",),
     doc="``torch.nn.TransformerEncoderLayer``: same options (in torch's order), same eval-mode numbers.\n\n"
         "Post-LN (``norm_first=False``): ``x = norm1(x + SA(x)); x = norm2(x + FF(x))``. Pre-LN "
         "(``norm_first=True``): ``x = x + SA(norm1(x)); x = x + FF(norm2(x))``. ``SA`` is multi-head "
@@ -400,7 +401,7 @@ TRANSFORMER_ENCODER_LAYER = Kind(
               "  >>> m(jnp.ones((5, 2, 8))).shape\n  (5, 2, 8)"),
     rngs_doc="``nnx.Rngs`` for parameter init and the dropout stream.",
     positional=9, dropout=True,
-    call_options=(("src_mask", None), ("src_key_padding_mask", None), ("is_causal", False)),
+    call_options=(("src_mask", None, "jax.Array | None"), ("src_key_padding_mask", None, "jax.Array | None"), ("is_causal", False, "bool")),
 )
 DIT_BLOCK = Kind(
     "DiTBlock", DiTBlockConfig, dit_block_specs, apply_dit_block, ("x", "c"),

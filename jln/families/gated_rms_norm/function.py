@@ -12,9 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jln import _dispatch, _eager, _stats, _validate
+from jln._platform import Impl
 from jln._validate import Axis
 from jln.families.gated_rms_norm import spec as contract
-from jln.families.gated_rms_norm.spec import GatedRMSNormSpec
+from jln.families.gated_rms_norm.spec import GateActivation, GatedConvention, GatedRMSNormSpec
 
 Array = jax.Array
 
@@ -70,9 +71,9 @@ def gated_rms_norm(
     eps: float = 1e-6,
     group_size: int | None = None,
     norm_before_gate: bool | None = None,
-    convention: str = "mamba",
-    activation: str = "silu",
-    impl: str = "auto",
+    convention: GatedConvention = "mamba",
+    activation: GateActivation = "silu",
+    impl: Impl = "auto",
     axis_name: Any = None,
     axis_index_groups: Any = None,
 ) -> Array:

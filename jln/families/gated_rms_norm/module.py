@@ -28,13 +28,14 @@ from jln._modules import (
     cast_in,
     cast_out,
     distributed,
+    literal,
     make_config,
     ones,
     param_spec,
     record,
 )
 from jln.families.gated_rms_norm.function import gated_rms_norm
-from jln.families.gated_rms_norm.spec import ACTIVATIONS, resolve_convention
+from jln.families.gated_rms_norm.spec import ACTIVATIONS, ALIASES, resolve_convention
 
 Array = jax.Array
 
@@ -55,13 +56,13 @@ def _check_gated_rms_norm(cfg: Any) -> None:
 GatedRMSNormConfig = make_config(
     "GatedRMSNormConfig",
     (EPS.but(default=1e-6, doc="added to the mean square (transformers' default 1e-6)."),
-     Option("convention", "str", "mamba", "``\"mamba\"``, ``\"qwen3_next\"`` or ``\"float32\"`` (or an "
+     Option("convention", literal(ALIASES), "mamba", "``\"mamba\"``, ``\"qwen3_next\"`` or ``\"float32\"`` (or an "
             "alias): the cast order of :func:`jln.gated_rms_norm`. With ``dtype=None`` the output dtype is "
             "the convention's (``\"mamba\"``: bf16 x with float32 scale gives float32)."),
      Option("group_size", "int | None", None, "statistics per group of this many channels (``None``: the "
             "whole row)."),
      Option("norm_before_gate", "bool | None", None, "``None``: the convention's gate order."),
-     Option("activation", "str", "silu", "the gate's activation, ``\"silu\"`` or ``\"sigmoid\"``."),
+     Option("activation", literal(ACTIVATIONS), "silu", "the gate's activation, ``\"silu\"`` or ``\"sigmoid\"``."),
      AXIS, USE_SCALE.but(doc="learnable ``scale``."), *COMPUTE, *DISTRIBUTED, SCALE_INIT),
     _check_gated_rms_norm,
 )
@@ -87,7 +88,7 @@ def apply_gated_rms_norm(params: Params, x: Array, cfg: Any, gate: Array | None 
 
 GATED_RMS_NORM = Kind(
     "GatedRMSNorm", GatedRMSNormConfig, gated_rms_norm_specs, apply_gated_rms_norm, ("x",),
-    call_options=(("gate", None),),
+    call_options=(("gate", None, "jax.Array | None"),),
     doc="Gated RMSNorm (Mamba-2, hybrid SSMs): ``rms_norm(x * silu(gate)) * scale`` or "
         "``rms_norm(x) * scale * silu(gate)``.\n\n"
         "The gate order, groups and exact cast order of each convention are those of "

@@ -22,7 +22,7 @@ square plus eps, ``a`` the activation and ``w`` the weight:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -41,8 +41,12 @@ CONVENTIONS: dict[str, tuple[tuple[str, ...], bool]] = {
     "float32": (("falcon_h1", "mamba_ssm"), True),
 }
 ALIASES = {alias: name for name, (aliases, _) in CONVENTIONS.items() for alias in (name, *aliases)}
+#: Every name :data:`ALIASES` takes, for type checkers (a test holds the two equal).
+GatedConvention = Literal["mamba", "mamba2", "bamba", "zamba2", "nemotron_h", "granitemoehybrid", "qwen3_next", "qwen3_5",
+                          "olmo_hybrid", "float32", "falcon_h1", "mamba_ssm"]
 #: The gate activations: SiLU (Mamba-2, Qwen3-Next, FalconH1) and sigmoid (Kimi-Linear).
-ACTIVATIONS = ("silu", "sigmoid")
+GateActivation = Literal["silu", "sigmoid"]
+ACTIVATIONS: tuple[str, ...] = get_args(GateActivation)
 
 
 def resolve_convention(convention: str, fn: str) -> str:

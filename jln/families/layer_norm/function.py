@@ -8,9 +8,10 @@ from typing import Any
 import jax
 
 from jln import _dispatch, _eager, _validate
+from jln._platform import Impl
 from jln._validate import Axis
 from jln.families.layer_norm import spec as contract
-from jln.families.layer_norm.spec import LayerNormSpec
+from jln.families.layer_norm.spec import LayerNormConvention, LayerNormSpec
 
 Array = jax.Array
 
@@ -23,11 +24,11 @@ def layer_norm(
     *,
     axis: Axis = -1,
     eps: float = 1e-5,
-    impl: str = "auto",
+    impl: Impl = "auto",
     axis_name: Any = None,
     axis_index_groups: Any = None,
     zero_centered: bool = False,
-    convention: str = "torch",
+    convention: LayerNormConvention = "torch",
     param_axes: Axis | None = None,
 ) -> Array:
     r"""Layer normalization, numerically identical in contract to ``torch.nn.functional.layer_norm``.
@@ -156,7 +157,7 @@ def add_layer_norm(
     axis: Axis = -1,
     eps: float = 1e-5,
     residual_in_fp32: bool = False,
-    impl: str = "auto",
+    impl: Impl = "auto",
     axis_name: Any = None,
     axis_index_groups: Any = None,
 ) -> tuple[Array, Array]:

@@ -28,13 +28,14 @@ from jln._modules import (
     ParamSpec,
     Stats,
     apply_norm,
+    literal,
     make_config,
     norm_affine_specs,
     ones,
     zeros,
 )
 from jln.families.layer_norm.function import layer_norm
-from jln.families.layer_norm.spec import resolve_convention
+from jln.families.layer_norm.spec import ALIASES, resolve_convention
 
 Array = jax.Array
 
@@ -61,12 +62,12 @@ LayerNormConfig = make_config(
             "TransformerEngine's ``zero_centered_gamma``), ``1 + scale`` rounded to ``param_dtype``; "
             "``scale`` then initialises to 0. ``axis=1`` gives channels-first LayerNorm "
             "(``LayerNorm2d``, ``data_format=\"channels_first\"``)."),
-     Option("convention", "str", "torch", "where the reference rounds, as :func:`jln.layer_norm`: "
+     Option("convention", literal(ALIASES), "torch", "where the reference rounds, as :func:`jln.layer_norm`: "
             "``\"torch\"``, ``\"deberta\"`` (the row rounded to the input dtype, then the affine; "
             "alias ``\"moonshine\"``) or ``\"eager\"`` (every op in the input dtype; alias "
             "``\"vitdet\"``). With ``dtype=None`` the latter two promote a bf16 ``x`` with float32 "
             "parameters to float32, as torch's ``weight * h`` does."), TORCH_NAMES,
-     Option("param_axes", "Any", None, "the axes of ``x`` that ``scale`` and ``bias`` span, as "
+     Option("param_axes", "Axis | None", None, "the axes of ``x`` that ``scale`` and ``bias`` span, as "
             ":func:`jln.layer_norm`: every axis in ``axis`` plus more (flax's ``feature_axes``), e.g. "
             "``param_axes=(1, -1)`` with ``axis=-1`` on ``[batch, heads, seq, head_dim]``: one LayerNorm "
             "per head, parameters ``(heads, head_dim)`` (NNX: ``num_features`` is that shape). ``None``: "

@@ -4,7 +4,7 @@ conventions' table (where each reference rounds to the input dtype)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +27,8 @@ CONVENTIONS: dict[str, tuple[str, ...]] = {
     "eager": ("vitdet",),
 }
 ALIASES = {alias: name for name, aliases in CONVENTIONS.items() for alias in (name, *aliases)}
+#: Every name :data:`ALIASES` takes, for type checkers (a test holds the two equal).
+LayerNormConvention = Literal["torch", "deberta", "moonshine", "eager", "vitdet"]
 
 
 def resolve_convention(convention: Any, fn: str) -> str:

@@ -37,7 +37,7 @@ Array = jax.Array
 
 # --------------------------------------------------------------------------- GlobalResponseNorm
 
-_GRN_SPATIAL = Option("spatial_axes", "Any", (1, 2), "the axes the response norm ``||x||_2`` runs over "
+_GRN_SPATIAL = Option("spatial_axes", "Axis", (1, 2), "the axes the response norm ``||x||_2`` runs over "
                       "(torch's ``dim=(1, 2)`` for ``[N, H, W, C]``); channels are the last axis.")
 
 
@@ -54,8 +54,8 @@ GlobalResponseNormConfig = make_config(
     "GlobalResponseNormConfig",
     (_GRN_SPATIAL, EPS.but(default=1e-6, doc="added to the channel mean of the response norm (1e-6)."),
      *COMPUTE,
-     Option("gamma_init", "Any", None, "initializer of ``gamma``; ``None``: zeros (the identity)."),
-     Option("beta_init", "Any", None, "initializer of ``beta``; ``None``: zeros.")),
+     Option("gamma_init", "Initializer | None", None, "initializer of ``gamma``; ``None``: zeros (the identity)."),
+     Option("beta_init", "Initializer | None", None, "initializer of ``beta``; ``None``: zeros.")),
     _check_grn,
 )
 

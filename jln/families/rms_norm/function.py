@@ -10,10 +10,11 @@ import jax
 import jax.numpy as jnp
 
 from jln import _dispatch, _eager, _validate
+from jln._platform import Impl
 from jln._validate import Axis
 from jln.families.rms_norm import spec as contract
 from jln.families.rms_norm.spec import CONVENTIONS as CONVENTIONS
-from jln.families.rms_norm.spec import RMSNormSpec
+from jln.families.rms_norm.spec import RMSConvention, RMSNormSpec
 
 Array = jax.Array
 
@@ -49,9 +50,9 @@ def rms_norm(
     *,
     axis: Axis = -1,
     eps: float | None = None,
-    convention: str = "torch",
+    convention: RMSConvention = "torch",
     bias: Array | None = None,
-    impl: str = "auto",
+    impl: Impl = "auto",
     axis_name: Any = None,
     axis_index_groups: Any = None,
 ) -> Array:
@@ -140,9 +141,9 @@ def add_rms_norm(
     *,
     axis: Axis = -1,
     eps: float | None = None,
-    convention: str = "torch",
+    convention: RMSConvention = "torch",
     residual_in_fp32: bool = False,
-    impl: str = "auto",
+    impl: Impl = "auto",
     axis_name: Any = None,
     axis_index_groups: Any = None,
 ) -> tuple[Array, Array]:

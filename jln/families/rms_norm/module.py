@@ -28,13 +28,14 @@ from jln._modules import (
     ParamSpec,
     Stats,
     apply_norm,
+    literal,
     make_config,
     norm_affine_specs,
     ones,
     zeros,
 )
 from jln.families.rms_norm.function import rms_norm
-from jln.families.rms_norm.spec import resolve_convention
+from jln.families.rms_norm.spec import ALIASES, resolve_convention
 
 Array = jax.Array
 
@@ -64,7 +65,7 @@ RMSNormConfig = make_config(
     "RMSNormConfig",
     (EPS.but(type="float | None", default=None, doc="``None`` takes the convention's default (torch: "
              "``finfo(float32).eps``)."),
-     Option("convention", "str", "torch", "``\"torch\"``, ``\"llama\"``, ``\"gemma\"``, ``\"t5\"``, "
+     Option("convention", literal(ALIASES), "torch", "``\"torch\"``, ``\"llama\"``, ``\"gemma\"``, ``\"t5\"``, "
             "``\"diffusers\"``, ``\"seed\"``, ``\"eager\"``, ``\"round_rstd\"`` or ``\"input_scaled\"`` (cast "
             "order and eps default as :func:`jln.rms_norm`); ``\"input_scaled\"`` also initialises ``scale`` to 0; "
             "``\"gemma\"`` initialises ``scale`` to 0 (it multiplies by ``1 + scale``). With "

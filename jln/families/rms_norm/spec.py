@@ -8,7 +8,7 @@ the two frameworks' float32 reductions differ in their last bit.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -47,6 +47,9 @@ XLA_ONLY = {
     "input_scaled": "scales x by `1 + w` before the statistics",
 }
 ALIASES = {alias: name for name, (aliases, _) in CONVENTIONS.items() for alias in (name, *aliases)}
+#: Every name :data:`ALIASES` takes, for type checkers (a test holds the two equal).
+RMSConvention = Literal["torch", "llama", "qwen2", "mistral", "gemma", "t5", "diffusers", "seed", "x-transformers", "eager",
+                        "imagegpt", "ltx2", "round_rstd", "deepseek_v4", "glm5_next", "input_scaled", "muse_spark_input"]
 
 
 def resolve_convention(convention: str, fn: str) -> str:

@@ -1,0 +1,252 @@
+# Written by `python -m jln._faces` from the module kinds of jln/families/blocks/module.py: edit those and run it
+# again (tests/test_faces.py fails when this file is stale).
+"""The NNX face of the blocks family: :class:`TransformerEncoderLayer`, :class:`DiTBlock`."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.typing import DTypeLike
+
+from jln import _nnx
+from jln._modules import Initializer, Kind
+from jln._platform import Impl
+from jln.families.blocks import module as kinds
+
+
+class TransformerEncoderLayer(_nnx.Module):
+    """``torch.nn.TransformerEncoderLayer``: same options (in torch's order), same eval-mode numbers.
+
+    Post-LN (``norm_first=False``): ``x = norm1(x + SA(x)); x = norm2(x + FF(x))``. Pre-LN
+    (``norm_first=True``): ``x = x + SA(norm1(x)); x = x + FF(norm2(x))``. ``SA`` is multi-head
+    self-attention (scaled dot product, softmax in float32), ``FF(x) =
+    linear2(dropout(activation(linear1(x))))``; norms are :func:`jln.layer_norm`. Dropout is off
+    unless asked for: linen ``deterministic=False`` at the call (rng stream ``"dropout"``); the NNX
+    module's ``nnx.Dropout`` is on after construction (like a fresh torch module), off after
+    ``.eval()``, on again after ``.train()``.
+
+    Sharding: under ``jax.jit`` with ``NamedSharding`` the batch and sequence axes of the input may
+    be split across devices (data/sequence parallelism; XLA partitions attention and the norms). The
+    hidden axis must not be split: the attention and feed-forward layers are not tensor-parallel, so
+    the block takes no ``axis_name``.
+
+    The NNX twin of :class:`jln.linen.TransformerEncoderLayer` (same options, parameters and numbers).
+
+    Args:
+      d_model: the model width, as torch's ``nn.TransformerEncoderLayer``.
+      nhead: attention heads, as torch's ``nn.TransformerEncoderLayer``.
+      dim_feedforward: the feed-forward width, as torch's ``nn.TransformerEncoderLayer``.
+      dropout: dropout rate on the attention weights, after the activation and on each branch (off
+        unless asked for: linen ``deterministic=False``, NNX ``.train()``).
+      activation: ``"relu"`` or ``"gelu"`` (exact).
+      layer_norm_eps: the LayerNorms' eps, as torch's ``nn.TransformerEncoderLayer``.
+      batch_first: ``src`` is ``[B, T, D]`` rather than ``[T, B, D]``.
+      norm_first: Pre-LN (``x + SA(norm1(x))``) rather than Post-LN.
+      bias: biases in the Linear layers and the LayerNorms.
+      dtype: compute dtype (default ``src.dtype``).
+      param_dtype: dtype of the parameters (float32).
+      impl: ``"auto"``, ``"xla"``, ``"native"`` or ``"pallas"``, as :func:`jln.layer_norm`.
+      monitor: record per-row input/output statistics (``jln._monitor.row_stats``): linen sows them
+        into ``"intermediates"``, NNX as an ``nnx.Intermediate``, both named ``"stats"``.
+      kernel_init: initializer of every Linear kernel; ``None``: torch's (q/k/v xavier-uniform over
+        the packed ``[3d, d]`` weight, the others U(+-1/sqrt(fan_in))).
+      bias_init: initializer of every Linear bias; ``None``: torch's (attention biases 0,
+        ``linear1``/``linear2`` U(+-1/sqrt(fan_in))). The LayerNorms start as ones and zeros.
+      rngs: ``nnx.Rngs`` for parameter init and the dropout stream.
+
+    Returns (``__call__(src, src_mask=None, src_key_padding_mask=None, is_causal=False)``, torch's
+    arguments in torch's order; linen adds ``*, deterministic=True``): array like ``src`` (``[T, B,
+    D]``, ``[B, T, D]`` with ``batch_first``, or unbatched ``[T, D]``), dtype ``src.dtype`` (or
+    ``dtype``). ``src_mask [T, T]`` or ``[B * nhead, T, T]``: True (bool) forbids a query from
+    attending to a key, a float mask is added to the scores (torch). ``src_key_padding_mask [B, T]``
+    (``[T]`` unbatched): True marks padding keys to ignore. ``is_causal=True`` without ``src_mask``
+    applies the causal mask (each position sees itself and the ones before it; torch requires the
+    mask with this hint). The monitor records ``{"norm1": ..., "norm2": ...}``.
+
+    Raises:
+      TypeError, ValueError: bad options (d_model not divisible by nhead, unknown activation,
+        dropout outside [0, 1)), bad ``src`` or mask shape/dtype; NNX: ``TypeError`` without
+        ``rngs``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from jln import nnx as jnnx
+      >>> m = jnnx.TransformerEncoderLayer(8, 2, 16, rngs=nnx.Rngs(0))
+      >>> m.eval()
+      >>> m(jnp.ones((5, 2, 8))).shape
+      (5, 2, 8)
+    """
+
+    _kind: ClassVar[Kind] = kinds.TRANSFORMER_ENCODER_LAYER
+
+    self_attn: _nnx.Params
+    linear1: _nnx.Params
+    linear2: _nnx.Params
+    norm1: _nnx.Params
+    norm2: _nnx.Params
+    dropout_layer: nnx.Dropout
+    d_model: int
+    nhead: int
+    dim_feedforward: int
+    dropout: float
+    activation: Literal["relu", "gelu"]
+    layer_norm_eps: float
+    batch_first: bool
+    norm_first: bool
+    bias: bool
+    dtype: DTypeLike | None
+    param_dtype: DTypeLike
+    impl: Impl
+    monitor: bool
+    kernel_init: Initializer | None
+    bias_init: Initializer | None
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: Literal["relu", "gelu"] = "relu",
+        layer_norm_eps: float = 1e-05,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        *,
+        dtype: DTypeLike | None = None,
+        param_dtype: DTypeLike = jnp.float32,
+        impl: Impl = "auto",
+        monitor: bool = False,
+        kernel_init: Initializer | None = None,
+        bias_init: Initializer | None = None,
+        rngs: nnx.Rngs | None = None,
+    ) -> None:
+        _nnx.build(
+            self,
+            (),
+            dict(
+                d_model=d_model,
+                nhead=nhead,
+                dim_feedforward=dim_feedforward,
+                dropout=dropout,
+                activation=activation,
+                layer_norm_eps=layer_norm_eps,
+                batch_first=batch_first,
+                norm_first=norm_first,
+                bias=bias,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                impl=impl,
+                monitor=monitor,
+                kernel_init=kernel_init,
+                bias_init=bias_init,
+            ),
+            rngs,
+        )
+
+    def __call__(
+        self,
+        src: jax.Array,
+        src_mask: jax.Array | None = None,
+        src_key_padding_mask: jax.Array | None = None,
+        is_causal: bool = False,
+    ) -> jax.Array:
+        return _nnx.forward(self, (src,), {"src_mask": src_mask, "src_key_padding_mask": src_key_padding_mask, "is_causal": is_causal})
+
+
+class DiTBlock(_nnx.Module):
+    """A DiT block with adaLN-Zero conditioning (Peebles and Xie, 2023).
+
+    ``emb = adaLN_modulation(SiLU(c))`` (zero-initialised Dense, 6 chunks in DiT's order); ``x = x +
+    gate_msa * attn(LN(x) * (1 + scale_msa) + shift_msa)``, then ``x = x + gate_mlp * mlp(LN(x) * (1
+    + scale_mlp) + shift_mlp)``; LayerNorms with eps 1e-6 and no affine, ``mlp =
+    fc2(GELU_tanh(fc1(.)))``. At initialisation it returns ``x``.
+
+    Sharding: under ``jax.jit`` with ``NamedSharding`` the batch and sequence axes of the input may
+    be split across devices (data/sequence parallelism; XLA partitions attention and the norms). The
+    hidden axis must not be split: the attention and MLP layers are not tensor-parallel, so the
+    block takes no ``axis_name``. ``c`` follows the batch split.
+
+    The NNX twin of :class:`jln.linen.DiTBlock` (same options, parameters and numbers).
+
+    Args:
+      hidden_size: the token width, as DiT.
+      num_heads: attention heads, as DiT.
+      mlp_ratio: the MLP's hidden size is ``int(hidden_size * mlp_ratio)``.
+      dtype: compute dtype (default ``x.dtype``).
+      param_dtype: dtype of the parameters (float32).
+      impl: ``"auto"``, ``"xla"``, ``"native"`` or ``"pallas"``, as :func:`jln.layer_norm`.
+      monitor: record per-row input/output statistics (``jln._monitor.row_stats``): linen sows them
+        into ``"intermediates"``, NNX as an ``nnx.Intermediate``, both named ``"stats"``.
+      kernel_init: initializer of every Dense kernel but ``adaLN_modulation``'s (zero, so the block
+        starts as the identity); ``None``: DiT's xavier-uniform (q/k/v over the packed ``[3d, d]``
+        weight).
+      bias_init: initializer of every Dense bias but ``adaLN_modulation``'s; ``None``: zeros (DiT).
+      rngs: ``nnx.Rngs`` for parameter init.
+
+    Returns (``__call__(x, c)``): ``x [B, T, D]`` updated, conditioned on ``c [B, D]``.
+
+    Raises:
+      TypeError, ValueError: bad options or input shapes.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from jln import nnx as jnnx
+      >>> x = jnp.ones((2, 5, 8))
+      >>> bool((jnnx.DiTBlock(8, 2, rngs=nnx.Rngs(0))(x, jnp.ones((2, 8))) == x).all())
+      True
+    """
+
+    _kind: ClassVar[Kind] = kinds.DIT_BLOCK
+
+    adaLN_modulation: _nnx.Params
+    attn: _nnx.Params
+    mlp: _nnx.Params
+    hidden_size: int
+    num_heads: int
+    mlp_ratio: float
+    dtype: DTypeLike | None
+    param_dtype: DTypeLike
+    impl: Impl
+    monitor: bool
+    kernel_init: Initializer | None
+    bias_init: Initializer | None
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        *,
+        mlp_ratio: float = 4.0,
+        dtype: DTypeLike | None = None,
+        param_dtype: DTypeLike = jnp.float32,
+        impl: Impl = "auto",
+        monitor: bool = False,
+        kernel_init: Initializer | None = None,
+        bias_init: Initializer | None = None,
+        rngs: nnx.Rngs | None = None,
+    ) -> None:
+        _nnx.build(
+            self,
+            (),
+            dict(
+                hidden_size=hidden_size,
+                num_heads=num_heads,
+                mlp_ratio=mlp_ratio,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                impl=impl,
+                monitor=monitor,
+                kernel_init=kernel_init,
+                bias_init=bias_init,
+            ),
+            rngs,
+        )
+
+    def __call__(self, x: jax.Array, c: jax.Array) -> jax.Array:
+        return _nnx.forward(self, (x, c), {})
