@@ -103,7 +103,7 @@ class Module(nnx.Module):
         return self._cfg
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if "_cfg" in vars(self) and name in self._kind.config.__dataclass_fields__:
+        if "_cfg" in vars(self) and name in {f.name for f in self._kind.options}:
             raise AttributeError(
                 f"jln.nnx.{self._kind.name}: the options are fixed at construction (as a linen "
                 f"module's); build a new module with {name}={value!r}."
