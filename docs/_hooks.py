@@ -29,3 +29,24 @@ def on_page_markdown(markdown, page, config, files):
         return "```text\n" + module._parser().format_help().rstrip() + "\n```"
 
     return re.sub(r"<!-- jln-help: (\w+) -->", help_text, markdown)
+
+
+#: API pages -> the module whose every public name the page must show
+API_PAGES = {"api/jln.md": "jln", "api/linen.md": "jln.linen", "api/nnx.md": "jln.nnx"}
+
+
+def on_post_page(output, page, config):
+    """Fail the build when an API page leaves out a public name of its module (``__all__``):
+    each linen and NNX class, each function, with its own heading."""
+    import importlib
+
+    from mkdocs.exceptions import PluginError
+
+    module = API_PAGES.get(page.file.src_uri)
+    if module is None:
+        return output
+    names = importlib.import_module(module).__all__
+    missing = [n for n in names if f'id="{module}.{n}"' not in output]
+    if missing:
+        raise PluginError(f"{page.file.src_uri} does not show {module}'s public {missing}: list them on the page.")
+    return output

@@ -25,6 +25,7 @@ import difflib
 import json
 import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,8 @@ TYPE_IMPORTS = {
 }
 #: the size a probe gives every required size (it divides the kinds' default group counts)
 SIZE = 32
+
+_INIT_DOC = '        """Build the module: the arguments are the Args of the class docstring."""\n'
 
 HEADER = (
     "# Written by `python -m jln._faces` from the module kinds of {source}: edit those and run it\n"
@@ -153,6 +156,15 @@ def _call_params(kind: M.Kind) -> tuple[list[str], str]:
     return params, call
 
 
+def _call_doc(kind: M.Kind) -> str:
+    """``__call__``'s docstring: what the kind's ``returns`` says it returns."""
+    m = re.match(r"\(``__call__\(.*?\)``(.*?)\): (.*)$", kind.returns, re.S)
+    note, returns = (m.group(1).lstrip(", "), m.group(2)) if m else ("", kind.returns)
+    head = f"The module on its inputs{' (' + note + ')' if note else ''}."
+    body = textwrap.fill(returns, 96, initial_indent="  ", subsequent_indent="  ")
+    return _docstring(f"{head}\n\nReturns:\n{body}", "        ")
+
+
 def _inputs(kind: M.Kind) -> str:
     return "(" + ", ".join(kind.inputs) + ("," if len(kind.inputs) == 1 else "") + ")"
 
@@ -177,7 +189,7 @@ def linen_class(kind: M.Kind, kinds_module: str) -> str:
     return (
         f"class {kind.name}(_linen.Module):\n" + _docstring(kind.docstring("linen")) + "\n"
         f"    _kind: ClassVar[Kind] = {kinds_module}\n\n" + "".join(fields) + "\n"
-        "    @nn.compact\n" + _signature("__call__", params, kind.output) + f"        return {forward}\n"
+        "    @nn.compact\n" + _signature("__call__", params, kind.output) + _call_doc(kind) + f"        return {forward}\n"
     )
 
 
@@ -209,8 +221,9 @@ def nnx_class(kind: M.Kind, kinds_module: str) -> str:
     return (
         f"class {kind.name}(_nnx.Module):\n" + _docstring(kind.docstring("nnx")) + "\n"
         f"    _kind: ClassVar[Kind] = {kinds_module}\n\n" + "".join(attrs) + "\n"
-        + _signature("__init__", init, "None") + build + "\n"
-        + _signature("__call__", params, kind.output) + f"        return _nnx.forward(self, {_inputs(kind)}, {call})\n"
+        + _signature("__init__", init, "None") + _INIT_DOC + build + "\n"
+        + _signature("__call__", params, kind.output) + _call_doc(kind)
+        + f"        return _nnx.forward(self, {_inputs(kind)}, {call})\n"
     )
 
 

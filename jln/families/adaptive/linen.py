@@ -90,6 +90,12 @@ class AdaptiveLayerNorm(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, cond: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          ``x [B, ..., d]`` modulated by ``cond [B, c]`` (broadcast over the token axes) or ``cond``
+          with ``x``'s leading shape; array like ``x``, dtype ``x.dtype`` (or ``dtype``).
+        """
         return _linen.forward(self, (x, cond), {})
 
 
@@ -174,6 +180,14 @@ class AdaLNZero(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, emb: jax.Array) -> tuple[jax.Array, ...]:
+        """The module on its inputs.
+
+        Returns:
+          ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp)`` for 6 chunks, ``(x_mod, gate_msa)`` for
+          3, ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp, x_mod2, gate_msa2)`` for 9 (``x_mod2``:
+          the same normed ``x`` modulated by ``shift_msa2``, ``scale_msa2``), ``(x_mod, gate_msa,
+          scale_mlp, gate_mlp)`` for 4; ``x_mod`` like ``x``, the others ``[B, d]``.
+        """
         return _linen.forward(self, (x, emb), {})
 
 
@@ -255,6 +269,11 @@ class AdaLNContinuous(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, cond: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array like ``x``, dtype ``x.dtype`` (or ``dtype``).
+        """
         return _linen.forward(self, (x, cond), {})
 
 
@@ -338,6 +357,13 @@ class AdaLNZeroJoint(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, context: jax.Array, emb: jax.Array) -> tuple[jax.Array, ...]:
+        """The module on its inputs.
+
+        Returns:
+          ``(x_mod, context_mod, gate, enc_gate)`` with ``[B, 1, d]`` gates (6 chunks; ``[B, d]`` with
+          ``layout="easyanimate"``); ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp, context_mod,
+          c_gate_msa, c_shift_mlp, c_scale_mlp, c_gate_mlp)`` with ``[B, d]`` chunks (12).
+        """
         return _linen.forward(self, (x, context, emb), {})
 
 
@@ -413,6 +439,11 @@ class AdaLNScale(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, cond: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array like ``x`` (last axis ``out_features`` with ``linear_2``).
+        """
         return _linen.forward(self, (x, cond), {})
 
 
@@ -476,6 +507,12 @@ class AdaLNSingle(_linen.Module):
         aspect_ratio: jax.Array | None = None,
         hidden_dtype: DTypeLike | None = None,
     ) -> tuple[jax.Array, jax.Array]:
+        """The module on its inputs (torch's arguments).
+
+        Returns:
+          ``([B, num_chunks * features], [B, features])`` in ``hidden_dtype`` (default ``dtype``, else
+          float32).
+        """
         return _linen.forward(self, (timestep,), {"resolution": resolution, "aspect_ratio": aspect_ratio, "hidden_dtype": hidden_dtype})
 
 
@@ -539,6 +576,12 @@ class AdaGroupNorm(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, emb: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          ``x [B, C, *spatial]`` modulated by ``emb [B, cond_features]``; dtype the promotion of ``x``'s
+          and ``emb``'s (or ``dtype``).
+        """
         return _linen.forward(self, (x, emb), {})
 
 
@@ -599,6 +642,11 @@ class AdaLNTable(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, temb: jax.Array, scale_shift_table: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array like ``x``, dtype the promotion of ``x``'s, ``temb``'s and the table's (or ``dtype``).
+        """
         return _linen.forward(self, (x, temb, scale_shift_table), {})
 
 
@@ -640,6 +688,12 @@ class ModulatedRMSNorm(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, scale: jax.Array | None = None) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array of ``x.shape`` and ``x.dtype`` (or ``dtype``); ``scale`` ``[d]``, ``[B, d]``, ``x``'s
+          shape or ``x``'s rank with size-1 axes.
+        """
         return _linen.forward(self, (x,), {"scale": scale})
 
 
@@ -694,6 +748,11 @@ class AdaRMSNorm(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, cond: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """The module on its inputs.
+
+        Returns:
+          ``(y, gate)``: ``y`` like ``x``, ``gate [B, 1, d]``, both in ``x.dtype`` (or ``dtype``).
+        """
         return _linen.forward(self, (x, cond), {})
 
 
@@ -747,4 +806,10 @@ class AdaLNSigmoidGate(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, cond: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array like ``x``, dtype ``x.dtype`` (or ``dtype``); ``cond`` ``[B, c]`` (broadcast over the
+          tokens) or ``x``'s leading shape with ``c`` features.
+        """
         return _linen.forward(self, (x, cond), {})

@@ -116,6 +116,7 @@ class AdaptiveLayerNorm(_nnx.Module):
         proj_bias_init: Initializer | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (cond_features,),
@@ -140,6 +141,12 @@ class AdaptiveLayerNorm(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array, cond: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          ``x [B, ..., d]`` modulated by ``cond [B, c]`` (broadcast over the token axes) or ``cond``
+          with ``x``'s leading shape; array like ``x``, dtype ``x.dtype`` (or ``dtype``).
+        """
         return _nnx.forward(self, (x, cond), {})
 
 
@@ -252,6 +259,7 @@ class AdaLNZero(_nnx.Module):
         bias_init: Initializer | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (cond_features,),
@@ -277,6 +285,14 @@ class AdaLNZero(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array, emb: jax.Array) -> tuple[jax.Array, ...]:
+        """The module on its inputs.
+
+        Returns:
+          ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp)`` for 6 chunks, ``(x_mod, gate_msa)`` for
+          3, ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp, x_mod2, gate_msa2)`` for 9 (``x_mod2``:
+          the same normed ``x`` modulated by ``shift_msa2``, ``scale_msa2``), ``(x_mod, gate_msa,
+          scale_mlp, gate_mlp)`` for 4; ``x_mod`` like ``x``, the others ``[B, d]``.
+        """
         return _nnx.forward(self, (x, emb), {})
 
 
@@ -386,6 +402,7 @@ class AdaLNContinuous(_nnx.Module):
         activation: Literal["silu", "swish", "mish", "gelu", "relu", "sigmoid"] | None = "silu",
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (cond_features,),
@@ -413,6 +430,11 @@ class AdaLNContinuous(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array, cond: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array like ``x``, dtype ``x.dtype`` (or ``dtype``).
+        """
         return _nnx.forward(self, (x, cond), {})
 
 
@@ -524,6 +546,7 @@ class AdaLNZeroJoint(_nnx.Module):
         activation: Literal["silu", "swish", "mish", "gelu", "relu", "sigmoid"] | None = "silu",
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (cond_features,),
@@ -550,6 +573,13 @@ class AdaLNZeroJoint(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array, context: jax.Array, emb: jax.Array) -> tuple[jax.Array, ...]:
+        """The module on its inputs.
+
+        Returns:
+          ``(x_mod, context_mod, gate, enc_gate)`` with ``[B, 1, d]`` gates (6 chunks; ``[B, d]`` with
+          ``layout="easyanimate"``); ``(x_mod, gate_msa, shift_mlp, scale_mlp, gate_mlp, context_mod,
+          c_gate_msa, c_shift_mlp, c_scale_mlp, c_gate_mlp)`` with ``[B, d]`` chunks (12).
+        """
         return _nnx.forward(self, (x, context, emb), {})
 
 
@@ -652,6 +682,7 @@ class AdaLNScale(_nnx.Module):
         linear_bias_init: Initializer | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (cond_features,),
@@ -677,6 +708,11 @@ class AdaLNScale(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array, cond: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array like ``x`` (last axis ``out_features`` with ``linear_2``).
+        """
         return _nnx.forward(self, (x, cond), {})
 
 
@@ -751,6 +787,7 @@ class AdaLNSingle(_nnx.Module):
         num_chunks: int = 6,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (),
@@ -775,6 +812,12 @@ class AdaLNSingle(_nnx.Module):
         aspect_ratio: jax.Array | None = None,
         hidden_dtype: DTypeLike | None = None,
     ) -> tuple[jax.Array, jax.Array]:
+        """The module on its inputs (torch's arguments).
+
+        Returns:
+          ``([B, num_chunks * features], [B, features])`` in ``hidden_dtype`` (default ``dtype``, else
+          float32).
+        """
         return _nnx.forward(self, (timestep,), {"resolution": resolution, "aspect_ratio": aspect_ratio, "hidden_dtype": hidden_dtype})
 
 
@@ -861,6 +904,7 @@ class AdaGroupNorm(_nnx.Module):
         linear_bias_init: Initializer | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (cond_features,),
@@ -882,6 +926,12 @@ class AdaGroupNorm(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array, emb: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          ``x [B, C, *spatial]`` modulated by ``emb [B, cond_features]``; dtype the promotion of ``x``'s
+          and ``emb``'s (or ``dtype``).
+        """
         return _nnx.forward(self, (x, emb), {})
 
 
@@ -959,6 +1009,7 @@ class AdaLNTable(_nnx.Module):
         bias_init: Initializer | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (),
@@ -979,6 +1030,11 @@ class AdaLNTable(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array, temb: jax.Array, scale_shift_table: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array like ``x``, dtype the promotion of ``x``'s, ``temb``'s and the table's (or ``dtype``).
+        """
         return _nnx.forward(self, (x, temb, scale_shift_table), {})
 
 
@@ -1030,9 +1086,16 @@ class ModulatedRMSNorm(_nnx.Module):
         impl: Impl = "auto",
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(self, (), dict(eps=eps, dtype=dtype, param_dtype=param_dtype, impl=impl), rngs)
 
     def __call__(self, x: jax.Array, scale: jax.Array | None = None) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array of ``x.shape`` and ``x.dtype`` (or ``dtype``); ``scale`` ``[d]``, ``[B, d]``, ``x``'s
+          shape or ``x``'s rank with size-1 axes.
+        """
         return _nnx.forward(self, (x,), {"scale": scale})
 
 
@@ -1106,6 +1169,7 @@ class AdaRMSNorm(_nnx.Module):
         bias_init: Initializer | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (cond_features,),
@@ -1124,6 +1188,11 @@ class AdaRMSNorm(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array, cond: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """The module on its inputs.
+
+        Returns:
+          ``(y, gate)``: ``y`` like ``x``, ``gate [B, 1, d]``, both in ``x.dtype`` (or ``dtype``).
+        """
         return _nnx.forward(self, (x, cond), {})
 
 
@@ -1197,6 +1266,7 @@ class AdaLNSigmoidGate(_nnx.Module):
         bias_init: Initializer | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (cond_features,),
@@ -1215,4 +1285,10 @@ class AdaLNSigmoidGate(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array, cond: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array like ``x``, dtype ``x.dtype`` (or ``dtype``); ``cond`` ``[B, c]`` (broadcast over the
+          tokens) or ``x``'s leading shape with ``c`` features.
+        """
         return _nnx.forward(self, (x, cond), {})

@@ -92,6 +92,11 @@ class BatchNorm(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, use_running_average: bool | None = None) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
+        """
         return _linen.forward(self, (x,), {"use_running_average": use_running_average})
 
 
@@ -146,6 +151,11 @@ class InstanceNorm(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, use_running_average: bool | None = None) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
+        """
         return _linen.forward(self, (x,), {"use_running_average": use_running_average})
 
 
@@ -206,6 +216,11 @@ class GroupNorm(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
+        """
         return _linen.forward(self, (x,), {})
 
 
@@ -248,4 +263,10 @@ class FrozenBatchNorm(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array of ``x.shape``, dtype promoted from ``x``'s and the buffers' (bfloat16 ``x`` with
+          float32 buffers: float32, as torch).
+        """
         return _linen.forward(self, (x,), {})

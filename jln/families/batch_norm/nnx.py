@@ -117,6 +117,7 @@ class BatchNorm(_nnx.Module):
         torch_names: TorchNames | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (num_features,),
@@ -137,6 +138,11 @@ class BatchNorm(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array, use_running_average: bool | None = None) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
+        """
         return _nnx.forward(self, (x,), {"use_running_average": use_running_average})
 
 
@@ -212,6 +218,7 @@ class InstanceNorm(_nnx.Module):
         impl: Impl = "auto",
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (num_features,),
@@ -229,6 +236,11 @@ class InstanceNorm(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array, use_running_average: bool | None = None) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
+        """
         return _nnx.forward(self, (x,), {"use_running_average": use_running_average})
 
 
@@ -308,6 +320,7 @@ class GroupNorm(_nnx.Module):
         activation: Literal["relu", "silu", "gelu"] | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (),
@@ -328,6 +341,11 @@ class GroupNorm(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
+        """
         return _nnx.forward(self, (x,), {})
 
 
@@ -386,6 +404,7 @@ class FrozenBatchNorm(_nnx.Module):
         param_dtype: DTypeLike = jnp.float32,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (num_features,),
@@ -398,4 +417,10 @@ class FrozenBatchNorm(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array of ``x.shape``, dtype promoted from ``x``'s and the buffers' (bfloat16 ``x`` with
+          float32 buffers: float32, as torch).
+        """
         return _nnx.forward(self, (x,), {})

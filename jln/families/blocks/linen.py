@@ -105,6 +105,17 @@ class TransformerEncoderLayer(_linen.Module):
         *,
         deterministic: bool = True,
     ) -> jax.Array:
+        """The module on its inputs (torch's arguments in torch's order; linen adds ``*, deterministic=True``).
+
+        Returns:
+          array like ``src`` (``[T, B, D]``, ``[B, T, D]`` with ``batch_first``, or unbatched ``[T,
+          D]``), dtype ``src.dtype`` (or ``dtype``). ``src_mask [T, T]`` or ``[B * nhead, T, T]``: True
+          (bool) forbids a query from attending to a key, a float mask is added to the scores (torch).
+          ``src_key_padding_mask [B, T]`` (``[T]`` unbatched): True marks padding keys to ignore.
+          ``is_causal=True`` without ``src_mask`` applies the causal mask (each position sees itself and
+          the ones before it; torch requires the mask with this hint). The monitor records ``{"norm1":
+          ..., "norm2": ...}``.
+        """
         return _linen.forward(self, (src,), {"src_mask": src_mask, "src_key_padding_mask": src_key_padding_mask, "is_causal": is_causal}, deterministic)
 
 
@@ -163,4 +174,9 @@ class DiTBlock(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, c: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          ``x [B, T, D]`` updated, conditioned on ``c [B, D]``.
+        """
         return _linen.forward(self, (x, c), {})

@@ -125,6 +125,7 @@ class TransformerEncoderLayer(_nnx.Module):
         bias_init: Initializer | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (),
@@ -155,6 +156,17 @@ class TransformerEncoderLayer(_nnx.Module):
         src_key_padding_mask: jax.Array | None = None,
         is_causal: bool = False,
     ) -> jax.Array:
+        """The module on its inputs (torch's arguments in torch's order; linen adds ``*, deterministic=True``).
+
+        Returns:
+          array like ``src`` (``[T, B, D]``, ``[B, T, D]`` with ``batch_first``, or unbatched ``[T,
+          D]``), dtype ``src.dtype`` (or ``dtype``). ``src_mask [T, T]`` or ``[B * nhead, T, T]``: True
+          (bool) forbids a query from attending to a key, a float mask is added to the scores (torch).
+          ``src_key_padding_mask [B, T]`` (``[T]`` unbatched): True marks padding keys to ignore.
+          ``is_causal=True`` without ``src_mask`` applies the causal mask (each position sees itself and
+          the ones before it; torch requires the mask with this hint). The monitor records ``{"norm1":
+          ..., "norm2": ...}``.
+        """
         return _nnx.forward(self, (src,), {"src_mask": src_mask, "src_key_padding_mask": src_key_padding_mask, "is_causal": is_causal})
 
 
@@ -231,6 +243,7 @@ class DiTBlock(_nnx.Module):
         bias_init: Initializer | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (),
@@ -249,4 +262,9 @@ class DiTBlock(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array, c: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          ``x [B, T, D]`` updated, conditioned on ``c [B, D]``.
+        """
         return _nnx.forward(self, (x, c), {})

@@ -85,4 +85,9 @@ class GatedRMSNorm(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, gate: jax.Array | None = None) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array of ``x.shape``, dtype by the convention (or ``dtype``).
+        """
         return _linen.forward(self, (x,), {"gate": gate})

@@ -109,6 +109,7 @@ class GatedRMSNorm(_nnx.Module):
         scale_init: Initializer | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (num_features,),
@@ -132,4 +133,9 @@ class GatedRMSNorm(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array, gate: jax.Array | None = None) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array of ``x.shape``, dtype by the convention (or ``dtype``).
+        """
         return _nnx.forward(self, (x,), {"gate": gate})

@@ -102,4 +102,9 @@ class LayerNorm(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
+        """
         return _linen.forward(self, (x,), {})

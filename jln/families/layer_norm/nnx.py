@@ -129,6 +129,7 @@ class LayerNorm(_nnx.Module):
         param_axes: Axis | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (num_features,),
@@ -154,4 +155,9 @@ class LayerNorm(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
+        """
         return _nnx.forward(self, (x,), {})

@@ -77,6 +77,7 @@ class LocalResponseNorm(_nnx.Module):
         impl: Impl = "auto",
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (),
@@ -94,4 +95,9 @@ class LocalResponseNorm(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
+        """
         return _nnx.forward(self, (x,), {})

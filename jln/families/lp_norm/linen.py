@@ -66,6 +66,11 @@ class GlobalResponseNorm(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array like ``x``; dtype ``x.dtype`` promoted with the parameters' (or ``dtype``).
+        """
         return _linen.forward(self, (x,), {})
 
 
@@ -104,4 +109,9 @@ class LpNorm(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array like ``x`` (or ``dtype``).
+        """
         return _linen.forward(self, (x,), {})

@@ -84,6 +84,7 @@ class GlobalResponseNorm(_nnx.Module):
         beta_init: Initializer | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (num_features,),
@@ -101,6 +102,11 @@ class GlobalResponseNorm(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array like ``x``; dtype ``x.dtype`` promoted with the parameters' (or ``dtype``).
+        """
         return _nnx.forward(self, (x,), {})
 
 
@@ -150,7 +156,13 @@ class LpNorm(_nnx.Module):
         param_dtype: DTypeLike = jnp.float32,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(self, (), dict(p=p, axis=axis, eps=eps, dtype=dtype, param_dtype=param_dtype), rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array like ``x`` (or ``dtype``).
+        """
         return _nnx.forward(self, (x,), {})

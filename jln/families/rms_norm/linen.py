@@ -88,4 +88,9 @@ class RMSNorm(_linen.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array of ``x.shape``, dtype by the convention (or ``dtype``).
+        """
         return _linen.forward(self, (x,), {})

@@ -113,6 +113,7 @@ class RMSNorm(_nnx.Module):
         torch_names: TorchNames | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> None:
+        """Build the module: the arguments are the Args of the class docstring."""
         _nnx.build(
             self,
             (num_features,),
@@ -136,4 +137,9 @@ class RMSNorm(_nnx.Module):
         )
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        """The module on its inputs.
+
+        Returns:
+          array of ``x.shape``, dtype by the convention (or ``dtype``).
+        """
         return _nnx.forward(self, (x,), {})
