@@ -27,3 +27,25 @@ def test_readme_is_short():
     """The README is an overview; guides and measurements belong in docs/ and bench/."""
     size = README.stat().st_size
     assert size <= 15_000, f"README.md is {size} bytes, over 15,000: move detail into docs/"
+
+
+def test_readme_says_which_functions_take_axis_eps_impl_and_axis_name():
+    # the README's "Functions" paragraph, as data: which of the four options each function takes
+    import inspect
+
+    import jln
+
+    said = {
+        **dict.fromkeys(("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm", "gated_rms_norm",
+                         "adaptive_layer_norm"), {"axis", "eps", "impl", "axis_name"}),
+        "adaptive_rms_norm": {"eps", "impl", "axis_name"},
+        "batch_norm": {"channel_axis", "eps", "impl", "axis_name"},
+        "instance_norm": {"channel_axis", "eps", "impl"}, "group_norm": {"channel_axis", "eps", "impl"},
+        "frozen_batch_norm": {"channel_axis", "eps"}, "local_response_norm": {"channel_axis"},
+        "lp_normalize": {"axis", "eps"}, "global_response_norm": {"eps"},
+    }
+    readme = README.read_text(encoding="utf-8")
+    for name, options in said.items():
+        params = set(inspect.signature(getattr(jln, name)).parameters)
+        assert params & {"axis", "eps", "impl", "axis_name", "channel_axis"} == options, name
+        assert f"`{name}`" in readme or name.startswith("add_"), name
