@@ -40,15 +40,13 @@ def choose(fn: str, impl: str, spec: NormSpec, x: Any, operands: tuple[Any, ...]
         )
     if tiny or (all(isinstance(d, int) for d in x.shape) and 0 in x.shape):
         return "xla"  # (an empty x: nothing to compute, whichever impl was asked for)
-    if impl == "native":
+    # "auto" on several devices: XLA's partitioner shards the XLA path (and nothing is built in vain)
+    if impl == "native" or (impl == "auto" and backend == "cpu" and jax.device_count(backend) == 1):
         why = _native.unsupported_reason(spec, x, operands, backend)
-        if why is not None:
-            raise ValueError(f"{fn}: impl='native' is not available here: {why}. Use impl='xla' or 'auto'.")
-        return "native"
-    # several devices: XLA's partitioner shards the XLA path (and nothing is built in vain)
-    if impl == "auto" and backend == "cpu" and jax.device_count(backend) == 1:
-        if _native.unsupported_reason(spec, x, operands, backend) is None:
+        if why is None:
             return "native"
+        if impl == "native":
+            raise ValueError(f"{fn}: impl='native' is not available here: {why}. Use impl='xla' or 'auto'.")
     reason = kernels.unsupported_reason(spec, x, operands, backend)
     if impl == "pallas":
         if reason is not None:

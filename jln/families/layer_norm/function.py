@@ -137,10 +137,9 @@ def layer_norm(
     axes, laid, s, b = _validate.norm_layout(fn, x, scale, bias, axis, param_axes)
     s = _validate.zero_centered_scale(fn, s, zero_centered)
     conv = contract.resolve_convention(convention, fn)
-    out = contract.output_dtype(conv, x.dtype, None if s is None else s.dtype, None if b is None else b.dtype)
     spec = LayerNormSpec(
-        axes=axes, eps=_validate.check_eps(eps, fn), out_dtype=out, convention=conv, io_dtype=x.dtype,
-        param_axes=laid,
+        axes=axes, eps=_validate.check_eps(eps, fn), convention=conv, io_dtype=x.dtype,
+        param_dtypes=tuple(p.dtype for p in (s, b) if p is not None), param_axes=laid,
         **_validate.dist(fn, impl, axis_name, axis_index_groups),
     )
     return _dispatch.apply(fn, impl, spec, x, (s, b, None, None))

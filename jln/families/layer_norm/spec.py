@@ -129,7 +129,10 @@ class LayerNormSpec(NormSpec):
     (canonical, see :data:`CONVENTIONS`) with ``io_dtype`` (the input's dtype) says where the
     row is rounded; only ``"torch"`` is modulated."""
 
-    out_dtype: Any
+    #: ``None``: the convention's (:func:`output_dtype` of ``io_dtype`` and ``param_dtypes``)
+    out_dtype: Any = None
+    #: the dtypes of the scale and the bias given (what the convention's output dtype promotes)
+    param_dtypes: tuple[Any, ...] = ()
     mod_offset: float = 1.0
     mod_dtype: Any = None
     shift_dtype: Any = None
@@ -146,6 +149,10 @@ class LayerNormSpec(NormSpec):
     centered = True
     pallas = pallas_auto = True
     native = "norm"
+
+    def __post_init__(self) -> None:
+        if self.out_dtype is None:
+            object.__setattr__(self, "out_dtype", output_dtype(self.convention, self.io_dtype, *self.param_dtypes))
 
     @property
     def modulated(self) -> bool:
