@@ -1,7 +1,7 @@
 """The native CPU kernels of gated RMSNorm (``cpu_gated.cc``): forward and backward against the XLA
 path in every convention, gate order, activation and grouping; special gate values; transforms;
 what reverse mode keeps; dispatch and refusals. Against torch, the registry's
-``gated_rms_norm[*]`` entries (tests/test_parity_torch.py) and tests/test_gated.py run with
+``gated_rms_norm[*]`` entries (tests/test_parity_torch.py) and tests/families/gated_rms_norm/test_gated_rms_norm.py run with
 ``impl="auto"``, which takes these kernels on a CPU once they are built.
 """
 
@@ -18,9 +18,8 @@ import pytest
 
 import jln
 from jln.kernels import _cpu
-
-from . import _residuals
-from .test_native import _close, _mostly_bit_identical
+from tests import _residuals
+from tests.test_native import _close, _mostly_bit_identical
 
 pytestmark = pytest.mark.skipif(
     jax.default_backend() != "cpu" or _cpu.available() is not None,

@@ -18,9 +18,8 @@ import pytest
 
 import jln
 from jln import _compare, _index, _registry
-
-from ._residuals import saved_residuals
-from ._util import check, cotangent, jln_vjp, torch_vjp, x64_if
+from tests._residuals import saved_residuals
+from tests._util import check, cotangent, jln_vjp, torch_vjp, x64_if
 
 torch = pytest.importorskip("torch")
 

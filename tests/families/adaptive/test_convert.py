@@ -23,8 +23,7 @@ pytest.importorskip("diffusers")
 pytest.importorskip("transformers")
 
 from jln.interop import from_torch, to_torch_state_dict  # noqa: E402
-
-from .test_adaptive_more import (  # noqa: E402
+from tests.families.adaptive.test_adaptive import (  # noqa: E402
     MODES,
     Case,
     _build,
@@ -34,7 +33,7 @@ from .test_adaptive_more import (  # noqa: E402
     _torch_out,
     assert_grads_match_torch,
 )
-from .test_interop import _jax, assert_same, parity  # noqa: E402
+from tests.test_interop import _jax, assert_same, parity  # noqa: E402
 
 D, COND = 32, 16
 _DT = "diffusers.models.transformers"
