@@ -54,8 +54,8 @@ _BATCH_STATS = tuple(name for name, fn in _index.FUNCTIONS.items() if fn.flax in
 
 def batched(op: str) -> bool:
     """Whether ``op`` takes its rows as ``[batch, rows / batch, width]``: per-example conditions
-    (adaptive norms, modulation), or a norm that needs a batch and a spatial axis (InstanceNorm,
-    LocalResponseNorm, GlobalResponseNorm)."""
+    (adaptive norms, modulation), or a norm that needs a batch and a spatial axis (a function
+    whose ``min_rank`` is 3)."""
     o = _op(op)
     return o.family in ("adaptive_layer_norm", "adaptive_rms_norm", "modulate") or o.min_rank >= 3
 
