@@ -100,3 +100,28 @@ assert_type(jnnx.FrozenBatchNorm(16, channel_axis=-1)(img), Array)
 assert_type(jnnx.LocalResponseNorm(3, alpha=1e-4, channel_axis=-1)(img), Array)
 assert_type(jnnx.LpNorm(p=2.0, axis=-1)(x), Array)
 assert_type(jnnx.GlobalResponseNorm(16, eps=1e-6)(img), Array)
+
+# the conditioned norms of model files, both faces
+x8, c4, t8 = jnp.ones((2, 5, 8)), jnp.ones((2, 4)), jnp.ones((2, 8))
+img8, steps = jnp.ones((2, 8, 4, 4)), jnp.array([1.0, 500.0])
+for lin, args in (
+    (jnn.AdaLNZeroJoint(features=8, num_chunks=6, activation="silu"), (x8, jnp.ones((2, 3, 8)), c4)),
+    (jnn.AdaLNScale(features=8, out_features=3, norm_type="rms_norm"), (x8, c4)),
+    (jnn.AdaLNSingle(features=8, use_additional_conditions=False), (steps,)),
+    (jnn.AdaGroupNorm(features=8, num_groups=2, activation="silu", proj_name="linear"), (img8, c4)),
+    (jnn.AdaLNTable(features=8, order="shift_scale"), (x8, t8, jnp.zeros((2, 8)))),
+    (jnn.ModulatedRMSNorm(eps=1e-6), (x8,)),
+    (jnn.AdaRMSNorm(features=8, eps=1e-6), (x8, c4)),
+    (jnn.AdaLNSigmoidGate(features=8), (x8, jnp.ones((2, 5, 4)))),
+):
+    lin.apply(lin.init(jax.random.key(0), *args), *args)
+x_mod_j, ctx_mod, gate_j, enc_gate = jnnx.AdaLNZeroJoint(4, 8, rngs=rngs)(x8, jnp.ones((2, 3, 8)), c4)
+assert_type(jnnx.AdaLNScale(4, 8, out_features=3, rngs=rngs)(x8, c4), Array)
+emb6, embedded = jnnx.AdaLNSingle(8, rngs=rngs)(steps)
+assert_type(embedded, Array)
+assert_type(jnnx.AdaGroupNorm(4, 8, num_groups=2, rngs=rngs)(img8, c4), Array)
+assert_type(jnnx.AdaLNTable(8)(x8, t8, jnp.zeros((2, 8))), Array)
+assert_type(jnnx.ModulatedRMSNorm(eps=1e-6)(x8, 2 * jnp.ones((2, 1, 8))), Array)
+y_ar, gate_ar = jnnx.AdaRMSNorm(4, 8, rngs=rngs)(x8, c4)
+assert_type(gate_ar, Array)
+assert_type(jnnx.AdaLNSigmoidGate(4, 8, rngs=rngs)(x8, c4), Array)
