@@ -84,6 +84,10 @@ def to_torch(a: Any, name: str, fn: str) -> Any:
 
 
 Params = dict[str, Any]
+#: Classes jln recognises but cannot reproduce, by computation: ``(references, why)``, the
+#: references ``(module, class)`` pairs for :func:`computes_as`, ``why`` what differs from the
+#: family. :func:`jln.interop.from_torch` puts the reason into its refusal.
+NearMisses = tuple[tuple[tuple[tuple[str, str], ...], str], ...]
 
 
 

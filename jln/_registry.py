@@ -17,7 +17,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from jln._convert import Converter, Layout
+from jln._convert import Converter, Layout, NearMisses
 from jln._modules import Kind
 
 #: dtypes swept by default
@@ -214,7 +214,7 @@ class Family:
     kinds: tuple[Kind, ...] = ()
     converters: tuple[Converter, ...] = ()
     layouts: Mapping[str, Layout] = field(default_factory=dict)
-    near_misses: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = ()
+    near_misses: NearMisses = ()
 
 
 def cast(a: np.ndarray, dtype: str) -> np.ndarray:

@@ -396,7 +396,3 @@ ADA_LN_SIGMOID_GATE = Kind(
               "jnp.ones((2, 4))).shape\n  (2, 5, 8)"),
     rngs_doc=M.DENSE_RNGS, shapes=(M.cond_features("cond", "gate_proj/kernel"),), positional=1,
 )
-
-KINDS = (ADA_GROUP_NORM, ADA_LN_TABLE, MODULATED_RMS_NORM, ADA_RMS_NORM, ADA_LN_SIGMOID_GATE)
-
-__all__ = ["ADA_GROUP_NORM", "ADA_LN_SIGMOID_GATE", "ADA_LN_TABLE", "ADA_RMS_NORM", "KINDS", "MODULATED_RMS_NORM"]

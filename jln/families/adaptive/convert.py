@@ -663,9 +663,8 @@ CONVERTERS: tuple[C.Converter, ...] = (
     ),
 )
 
-#: Classes jln recognises but cannot reproduce, by computation: (references, what differs from
-#: this family). :func:`jln.interop.from_torch` puts the reason into its refusal.
-NEAR_MISSES: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = (
+#: Classes recognised by computation but not reproduced (:data:`jln._convert.NearMisses`)
+NEAR_MISSES: C.NearMisses = (
     (((f"{C.T}.vibevoice.modeling_vibevoice", "VibeVoiceDiffusionHeadAdaLayerNorm"),),
      "it is a residual layer, not a norm: x + gate * ffn(rms_norm(x) * (1 + scale) + shift); the nearest "
      "jln family, AdaLNContinuous, returns only the modulated norm. Convert its `norm` (VibeVoiceRMSNorm) "

@@ -237,9 +237,8 @@ CONVERTERS: tuple[C.Converter, ...] = (
     ),
 )
 
-#: Classes jln recognises but cannot reproduce, by computation: (references, what differs from
-#: this family). :func:`jln.interop.from_torch` puts the reason into its refusal.
-NEAR_MISSES: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = (
+#: Classes recognised by computation but not reproduced (:data:`jln._convert.NearMisses`)
+NEAR_MISSES: C.NearMisses = (
     (((f"{C.T}.phi4_multimodal.modeling_phi4_multimodal", "Phi4MultimodalAudioMeanVarianceNormLayer"),),
      "it applies a fixed mean and inverse standard deviation (buffers), `(x - global_mean) * global_invstd`, "
      "with no statistics of x; the nearest jln family, FrozenBatchNorm (BatchNorm in eval mode), takes a "

@@ -89,9 +89,8 @@ CONVERTERS: tuple[C.Converter, ...] = (
     ),
 )
 
-#: Classes jln recognises but cannot reproduce, by computation: (references, what differs from
-#: this family). :func:`jln.interop.from_torch` puts the reason into its refusal.
-NEAR_MISSES: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = (
+#: Classes recognised by computation but not reproduced (:data:`jln._convert.NearMisses`)
+NEAR_MISSES: C.NearMisses = (
     (((f"{C.T}.axk2.modeling_axk2", "AXK2GatedRMSNorm"),),
      "it is an RMSNorm followed by a learned gate, `y * sigmoid(fc2(silu(fc1(y))))` in float32 cast to y's "
      "dtype: a sub-network, not a norm. Its `norm` child (LLaMA's code) converts to RMSNorm(convention='llama'); "

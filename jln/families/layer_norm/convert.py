@@ -318,9 +318,8 @@ CONVERTERS: tuple[C.Converter, ...] = (
     ),
 )
 
-#: Classes jln recognises but cannot reproduce, by computation: (references, what differs from
-#: this family). :func:`jln.interop.from_torch` puts the reason into its refusal.
-NEAR_MISSES: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = (
+#: Classes recognised by computation but not reproduced (:data:`jln._convert.NearMisses`)
+NEAR_MISSES: C.NearMisses = (
     (((f"{C.T}.pocket_tts.modeling_pocket_tts", "PocketTTSFlowLayerNorm"),),
      "it takes mean and var(unbiased=False) in the input dtype, then `(x - mean) * rsqrt(var + eps)` in that "
      "dtype; torch's vectorized bfloat16/float16 rsqrt is not correctly rounded (its result depends on the "

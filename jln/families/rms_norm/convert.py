@@ -358,9 +358,8 @@ CONVERTERS: tuple[C.Converter, ...] = (
     ),
 )
 
-#: Classes jln recognises but cannot reproduce, by computation: (references, what differs from
-#: this family). :func:`jln.interop.from_torch` puts the reason into its refusal.
-NEAR_MISSES: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = (
+#: Classes recognised by computation but not reproduced (:data:`jln._convert.NearMisses`)
+NEAR_MISSES: C.NearMisses = (
     (((f"{C.T}.dory.modeling_dory", "DoryL2Norm"),),
      "it divides by sqrt(sum(x^2) + eps), an L2 norm with eps on the sum; jln's RMSNorm takes the mean "
      "(RMSNorm(eps=eps/D) / sqrt(D) is the same in exact arithmetic, one rounding apart in float32), and "
