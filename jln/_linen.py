@@ -10,7 +10,6 @@ mistyped or flax-named keyword with the option jln has.
 
 from __future__ import annotations
 
-import difflib
 import functools
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -42,21 +41,6 @@ def _create(module: nn.Module, specs: Mapping[str, Any], param_dtype: Any) -> di
     return out
 
 
-def unknown_keywords(kind: M.Kind, kwargs: Mapping[str, Any], api: str, sizes: tuple[str, ...] = ()) -> None:
-    """``TypeError`` for a keyword the ``api`` face of ``kind`` does not take: a flax argument
-    name says jln's (:func:`jln._modules.flax_hint`); any other names the closest option."""
-    M.flax_hint(kind, kwargs, api)
-    known = [f.name for f in kind.options] + list(sizes)
-    for name in kwargs:
-        if name not in known and name not in ("parent", "name", "rngs"):
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean {close[0]}=...?" if close else ""
-            raise TypeError(
-                f"jln.{api}.{kind.name} got an unexpected keyword argument {name!r}{hint} Its options "
-                f"are: {', '.join(known)}."
-            )
-
-
 class Module(nn.Module):
     """The base of jln's linen modules: ``cfg`` (the options, validated) and the checks at
     construction. A subclass names its kind in ``_kind`` and declares the kind's options as
@@ -72,13 +56,13 @@ class Module(nn.Module):
 
         @functools.wraps(init)
         def __init__(self: Module, *args: Any, **kw: Any) -> None:
-            unknown_keywords(kind, kw, "linen")
+            M.unknown_keywords(kind, kw, "linen")
             init(self, *args, **kw)
 
         setattr(cls, "__init__", __init__)  # noqa: B010 (mypy types it as the base's)
 
     def __post_init__(self) -> None:
-        if "_kind" in type(self).__dict__:
+        if hasattr(type(self), "_kind"):
             self.cfg  # noqa: B018 (validates the options: a bad one raises here, not at the call)
         super().__post_init__()
 

@@ -27,6 +27,7 @@ Parameters are stored in ``param_dtype``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
@@ -497,3 +498,18 @@ LINEN_IMPORTS = ">>> import jax, jax.numpy as jnp\n  >>> from jln import linen a
 NNX_IMPORTS = ">>> import jax.numpy as jnp\n  >>> from flax import nnx\n  >>> from jln import nnx as jnnx\n"
 NORM_RNGS = "the key of an initializer other than ones and zeros; otherwise unused."
 DENSE_RNGS = "``nnx.Rngs`` for the Dense kernel init."
+
+
+def unknown_keywords(kind: Kind, kwargs: Mapping[str, Any], api: str, sizes: tuple[str, ...] = ()) -> None:
+    """``TypeError`` for a keyword the ``api`` face of ``kind`` does not take: a flax argument
+    name says jln's (:func:`flax_hint`); any other names the closest option."""
+    flax_hint(kind, kwargs, api)
+    known = [f.name for f in kind.options] + list(sizes)
+    for name in kwargs:
+        if name not in known and name not in ("parent", "name", "rngs"):
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]}=...?" if close else ""
+            raise TypeError(
+                f"jln.{api}.{kind.name} got an unexpected keyword argument {name!r}{hint} Its options "
+                f"are: {', '.join(known)}."
+            )

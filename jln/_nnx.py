@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import jax
 from flax import nnx
 
-from jln import _linen
 from jln import _modules as M
 
 
@@ -91,7 +90,7 @@ class Module(nnx.Module):
 
         @functools.wraps(init)
         def __init__(self: Module, *args: Any, **kw: Any) -> None:
-            _linen.unknown_keywords(kind, kw, "nnx", sizes)
+            M.unknown_keywords(kind, kw, "nnx", sizes)
             init(self, *args, **kw)
 
         setattr(cls, "__init__", __init__)  # noqa: B010 (mypy types it as the base's)
