@@ -84,6 +84,13 @@ class NormSpec:
     def body(self, x: Array, *operands: Array | None) -> Array:
         """The XLA body: :meth:`formula` under the remat policy, so reverse mode keeps ``x`` (own
         dtype), the operands and the named per-row statistics, nothing else."""
+        if self.axis_name is not None and type(x).__name__ == "BatchTracer":
+            # under vmap (its named axis, as axis_name), jax.checkpoint's partial evaluation
+            # traces the statistics' derivative rule (its psum) where that axis is no longer
+            # bound (grad of a jit of the vmap raised NameError): the formula runs unwrapped
+            # there, the numbers the same (reverse mode then keeps what XLA chooses). jax has no
+            # public name for its vmap tracers, hence the class name.
+            return self.formula(x, *operands)
         return jax.checkpoint(self.formula, policy=_stats.REMAT_POLICY)(x, *operands)
 
     def on_rows(self, ndim: int) -> NormSpec:

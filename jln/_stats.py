@@ -304,12 +304,15 @@ def normalized(
     """
     d, var = (v, None) if centered_v is None else centered_v
     r = inv_std_of(d, axes, eps, var, axis_name, axis_index_groups)
-    return _normalized(v, d, r, centered_v is not None, axes, axis_name, axis_index_groups)
+    # the global row length, counted here: the rule below may be traced where the mapped axis
+    # is no longer bound (grad of a jit of a vmap with axis_name), so it must not ask its size
+    n = count(v.shape, axes, axis_name, axis_index_groups)
+    return _normalized(v, d, r, centered_v is not None, axes, axis_name, axis_index_groups, n)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5, 6))
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5, 6, 7))
 def _normalized(
-    v: Array, d: Array, r: Array, is_centered: bool, axes: tuple[int, ...], axis_name: Any, groups: Any
+    v: Array, d: Array, r: Array, is_centered: bool, axes: tuple[int, ...], axis_name: Any, groups: Any, n: int,
 ) -> Array:
     """``h = d * r``, differentiated through ``v`` alone (``v`` carries the tangent)."""
     return d * r
@@ -317,7 +320,7 @@ def _normalized(
 
 @_normalized.defjvp
 def _normalized_jvp(
-    is_centered: bool, axes: tuple[int, ...], axis_name: Any, groups: Any,
+    is_centered: bool, axes: tuple[int, ...], axis_name: Any, groups: Any, n: int,
     primals: tuple[Array, Array, Array], tangents: tuple[Array, Array, Array],
 ) -> tuple[Array, Array]:
     # With d = v - mean(v) (LayerNorm) or v (RMSNorm) and r = rsqrt(mean(d^2) + eps):
@@ -333,10 +336,10 @@ def _normalized_jvp(
     (_, d, r), (dv, _, _) = primals, tangents
     h = d * r
     if is_centered:
-        mean_dv, proj = _row_means((dv, h * dv), axes, axis_name, groups)
+        mean_dv, proj = _row_means((dv, h * dv), axes, axis_name, groups, n)
         dv = dv - mean_dv
     else:
-        (proj,) = _row_means((h * dv,), axes, axis_name, groups)
+        (proj,) = _row_means((h * dv,), axes, axis_name, groups, n)
     return h, r * (dv - h * proj)
 
 
@@ -402,13 +405,16 @@ def mean_square(
 
 
 def _row_means(
-    parts: tuple[Array, ...], axes: tuple[int, ...], axis_name: Any = None, axis_index_groups: Any = None
+    parts: tuple[Array, ...], axes: tuple[int, ...], axis_name: Any = None, axis_index_groups: Any = None,
+    n: int | None = None,
 ) -> list[Array]:
     """The row mean (keepdims) of each array in ``parts``; with ``axis_name``, of the whole
-    row: one psum of all the per-row sums (stacked) over the devices."""
+    row: one psum of all the per-row sums (stacked) over the devices (``n``: the global row
+    length, when the caller counted it)."""
     if axis_name is None:
         return [jnp.mean(p, axis=axes, keepdims=True) for p in parts]
-    n = count(parts[0].shape, axes, axis_name, axis_index_groups)
+    if n is None:
+        n = count(parts[0].shape, axes, axis_name, axis_index_groups)
     sums = jnp.stack([jnp.sum(p, axis=axes, keepdims=True) for p in parts])
     return list(_collective(lax.psum, sums, axis_name, axis_index_groups) / n)
 

@@ -202,3 +202,33 @@ def test_third_order_through_scan(impl):
             outs.append((jax.grad(g2)(ws), jax.grad(g3)(ws), jax.jacfwd(jax.grad(g2))(ws)))
         for a, b in zip(outs[0], outs[1], strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3 * float(jnp.max(jnp.abs(b))), err_msg=op)
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm", "gated_rms_norm", "batch_norm"])
+def test_grad_of_jit_of_vmap_with_axis_name(name: str) -> None:
+    # the vmap lanes hold the blocks of one row (of one batch for batch_norm): the gradient of
+    # the mapped call is that of the whole, unmapped; grad(jit(vmap(..., axis_name))) raised
+    # NameError (the derivative rule traced where the vmap's axis was unbound)
+    import functools
+
+    x = jnp.arange(48.0).reshape(4, 12) / 7 - 3
+    ct = jnp.cos(jnp.arange(48.0)).reshape(4, 12)
+    if name == "batch_norm":
+        def mapped(v):  # each lane: a block of 3 of the 12 samples, channels last
+            return jln.batch_norm(v.reshape(3, 1), training=True, channel_axis=-1, axis_name="i")[0].reshape(3)
+
+        def whole(v):
+            return jln.batch_norm(v.reshape(-1, 1), training=True, channel_axis=-1)[0].reshape(v.shape)
+
+        x, ct = x.reshape(16, 3), ct.reshape(16, 3)
+    else:
+        fn = getattr(jln, name)
+        mapped = functools.partial(fn, axis=-1, axis_name="i")
+
+        def whole(v):
+            return fn(v, axis=(0, 1))
+
+    f = jax.jit(jax.vmap(mapped, axis_name="i"))
+    got = jax.grad(lambda v: jnp.sum(f(v) * ct))(x)
+    want = jax.grad(lambda v: jnp.sum(whole(v) * ct))(x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
