@@ -131,6 +131,8 @@ def _flax(op: str, two_pass: bool) -> Callable[[dict[str, Any]], tuple[Any, ...]
         raise Skip(f"flax.linen has no {_convention(o)} RMSNorm convention")
     if o.family in _NO_FLAX:
         raise Skip(f"flax.linen has no {o.family}")
+    if o.family in ("layer_norm", "add_layer_norm") and _convention(o) != "torch":
+        raise Skip(f"flax.linen has no {_convention(o)} LayerNorm convention")
     if o.family in ("gated_rms_norm", *_BATCH_STATS) and two_pass:
         raise Skip(f"flax's {o.family} baseline has one variant (`flax`)")
     if o.family == "gated_rms_norm":
@@ -214,6 +216,8 @@ def _jnp(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
         raise Skip(f"no textbook jnp version of the {conv} convention (torch times its reference)")
     if o.family == "gated_rms_norm":
         raise Skip("no textbook jnp version of the gated RMSNorm (torch times its reference)")
+    if o.family in ("layer_norm", "add_layer_norm") and conv != "torch":
+        raise Skip(f"no textbook jnp version of the {conv} LayerNorm convention (torch times its reference)")
     if o.family in (*_BATCH_STATS, *_NO_FLAX):
         raise Skip(f"no textbook jnp version of {o.family} (torch times its reference)")
 
@@ -405,6 +409,8 @@ def torch_op(op: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
             return w * h.to(x.dtype)
         return rms_reference.rms_norm(x, w, eps=eps, convention=conv, bias=b)
 
+    if o.family in ("layer_norm", "add_layer_norm") and conv != "torch":
+        return lambda p: o.call_torch(p)  # the model files' dtype flows: their reference
     if o.family == "layer_norm":
         return lambda p: (ln(p["x"], p["scale"], p["bias"]),)
     if o.family == "rms_norm":

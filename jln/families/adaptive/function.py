@@ -11,7 +11,8 @@ import jax.numpy as jnp
 from jln import _dispatch, _eager, _stats, _validate
 from jln._platform import Impl
 from jln._validate import Axis
-from jln.families.layer_norm.spec import LayerNormSpec, modulation_rounded
+from jln.families.layer_norm import spec as ln_spec
+from jln.families.layer_norm.spec import LayerNormConvention, LayerNormSpec, modulation_rounded
 from jln.families.rms_norm.spec import RMSConvention
 
 Array = jax.Array
@@ -228,6 +229,7 @@ def adaptive_layer_norm(
     use: Sequence[str | None] | None = None,
     axis: Axis = -1,
     eps: float = 1e-5,
+    convention: LayerNormConvention = "torch",
     scale_offset: float = 1.0,
     impl: Impl = "auto",
     axis_name: Any = None,
@@ -256,6 +258,9 @@ def adaptive_layer_norm(
         (no shift: ``y * (1 + scale)``); default: ``"shift"`` (else ``"shift_msa"``, else
         none) and ``"scale"`` (else ``"scale_msa"``), those of ``order``.
       axis, eps: as in :func:`layer_norm` (torch defaults; DiT uses eps=1e-6).
+      convention: the LayerNorm's rounding, as in :func:`layer_norm` (``"deberta"``/``"eager"``:
+        the normed row and its affine rounded op by op, the modulation after them; those run on
+        the XLA path).
       scale_offset: 1 for ``(1 + scale)``, 0 for FiLM's plain ``scale``.
       impl: as in :func:`layer_norm`.
       axis_name, axis_index_groups: as in :func:`layer_norm`: the normalized axis of ``x`` is
@@ -263,7 +268,8 @@ def adaptive_layer_norm(
         chunk (each chunk sharded like the hidden axis).
 
     Returns:
-      ``(y, chunks)``: ``y`` has ``x.shape`` and the promoted dtype of ``x`` and ``emb``;
+      ``(y, chunks)``: ``y`` has ``x.shape`` and the promoted dtype of the norm's (``x.dtype``
+      for ``"torch"``, see :func:`layer_norm`) and ``emb``'s;
       ``chunks`` maps every chunk name of ``order`` to its ``[B, D]`` array (the gates and the
       MLP's shift/scale for DiT).
 
@@ -285,9 +291,11 @@ def adaptive_layer_norm(
     axes, _, s, b = _validate.norm_layout(fn, x, scale, bias, axis)
     eps_f = _validate.check_eps(eps, fn)
     sh, sc = expand_chunks(chunks, (sh_name, sc_name), x.shape, emb, fn)
+    conv = ln_spec.resolve_convention(convention, fn)
+    out = ln_spec.output_dtype(conv, x.dtype, *(p.dtype for p in (s, b) if p is not None))
     spec = LayerNormSpec(
-        axes=axes, eps=eps_f, out_dtype=x.dtype, mod_offset=float(scale_offset),
-        mod_dtype=_stats.promote(x.dtype, *[c.dtype for c in (sh, sc) if c is not None]),
+        axes=axes, eps=eps_f, out_dtype=out, convention=conv, io_dtype=x.dtype, mod_offset=float(scale_offset),
+        mod_dtype=_stats.promote(out, *[c.dtype for c in (sh, sc) if c is not None]),
         shift_dtype=None if sh is None else sh.dtype, mscale_dtype=None if sc is None else sc.dtype,
         **_validate.dist(fn, impl, axis_name, axis_index_groups),
     )

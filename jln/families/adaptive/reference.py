@@ -26,11 +26,13 @@ def modulate(x: Tensor, shift: Tensor | None, scale: Tensor | None, *, scale_off
     return x
 
 
-def adaptive_layer_norm(x: Tensor, emb: Tensor, scale: Tensor | None = None, bias: Tensor | None = None, *, order: tuple[str, ...], eps: float = 1e-5) -> Tensor:
-    """``LN(x) * (1 + scale_c) + shift_c`` with the chunks of ``emb`` named by ``order``."""
+def adaptive_layer_norm(x: Tensor, emb: Tensor, scale: Tensor | None = None, bias: Tensor | None = None, *,
+                        order: tuple[str, ...], eps: float = 1e-5, convention: str = "torch") -> Tensor:
+    """``LN(x) * (1 + scale_c) + shift_c`` with the chunks of ``emb`` named by ``order``, the
+    LayerNorm in ``convention`` (see the LayerNorm reference)."""
     chunks = dict(zip(order, emb.chunk(len(order), dim=-1), strict=True))
     sh, sc = ("shift", "scale") if "shift" in chunks else ("shift_msa", "scale_msa")
-    return modulate(layer_norm(x, scale, bias, eps=eps), chunks[sh], chunks[sc])
+    return modulate(layer_norm(x, scale, bias, eps=eps, convention=convention), chunks[sh], chunks[sc])
 
 
 def adaptive_rms_norm(x: Tensor, emb: Tensor, scale: Tensor | None = None, *, order: tuple[str, ...], eps: float, modulation: str = "rounded") -> Tensor:

@@ -26,7 +26,10 @@ FAMILY = Family(
     ops=(
         Op("layer_norm", LAYER_NORM),
         Op("layer_norm[zero_centered]", LAYER_NORM, options={"zero_centered": True}, scale_center=0.0),
+        Op("layer_norm[deberta]", LAYER_NORM, options={"convention": "deberta"}, exact=True),
+        Op("layer_norm[eager]", LAYER_NORM, options={"convention": "eager"}, exact=True),
         Op("add_layer_norm", ADD_LAYER_NORM, extra=("residual",)),
+        Op("add_layer_norm[deberta]", ADD_LAYER_NORM, extra=("residual",), options={"convention": "deberta"}, exact=True),
     ),
     kinds=(module.LAYER_NORM,),
     converters=convert.CONVERTERS,

@@ -155,6 +155,7 @@ def add_layer_norm(
     *,
     axis: Axis = -1,
     eps: float = 1e-5,
+    convention: LayerNormConvention = "torch",
     residual_in_fp32: bool = False,
     impl: Impl = "auto",
     axis_name: Any = None,
@@ -170,13 +171,15 @@ def add_layer_norm(
     Args:
       x: the branch output, floating array.
       residual: the residual stream, same shape as ``x``.
-      scale, bias, axis, eps: as in :func:`layer_norm`.
+      scale, bias, axis, eps, convention: as in :func:`layer_norm` (the convention applied to
+        ``s`` as it is).
       residual_in_fp32: compute and return ``s`` in float32 (float64 stays float64) so the
         residual stream does not accumulate bfloat16/float16 rounding across layers.
       impl, axis_name, axis_index_groups: as in :func:`layer_norm`.
 
     Returns:
-      ``(normed, s)``: ``normed`` has ``x.shape`` and ``x.dtype``; ``s`` has the promoted dtype
+      ``(normed, s)``: ``normed`` has ``x.shape`` and the dtype the convention gives for an
+      ``x.dtype`` input (``x.dtype`` for ``"torch"``); ``s`` has the promoted dtype
       of ``x`` and ``residual`` (float32 at least with ``residual_in_fp32``). Reverse mode keeps
       ``s`` and per-row statistics only.
 
@@ -193,8 +196,10 @@ def add_layer_norm(
     fn = "jln.add_layer_norm"
     s = _validate.residual_sum(fn, x, residual, residual_in_fp32)
     axes, _, sc, b = _validate.norm_layout(fn, s, scale, bias, axis)
+    conv = contract.resolve_convention(convention, fn)
+    out = contract.output_dtype(conv, x.dtype, *(p.dtype for p in (sc, b) if p is not None))
     spec = LayerNormSpec(
-        axes=axes, eps=_validate.check_eps(eps, fn), out_dtype=x.dtype,
+        axes=axes, eps=_validate.check_eps(eps, fn), out_dtype=out, convention=conv, io_dtype=s.dtype,
         **_validate.dist(fn, impl, axis_name, axis_index_groups),
     )
     y, s = _dispatch.apply(fn, impl, spec, s, (sc, b, None, None), addends=(x, residual))

@@ -127,7 +127,7 @@ class LayerNormSpec(NormSpec):
     ``y * (mod_offset + mscale) + shift`` rounded op by op (``shift_dtype``/``mscale_dtype``:
     the conditions' dtypes, ``None`` when absent), returned in ``mod_dtype``. ``convention``
     (canonical, see :data:`CONVENTIONS`) with ``io_dtype`` (the input's dtype) says where the
-    row is rounded; only ``"torch"`` is modulated."""
+    row is rounded."""
 
     #: ``None``: the convention's (:func:`output_dtype` of ``io_dtype`` and ``param_dtypes``)
     out_dtype: Any = None
@@ -184,7 +184,11 @@ class LayerNormSpec(NormSpec):
         are cast to it (exactly), so a kernel may pass them widened."""
         scale, bias, shift, mscale = (*operands, None, None, None, None)[:4]
         if self.convention != "torch":
-            return affine_rounded(y, scale, bias, self.io_dtype).astype(self.result_dtype)
+            y = affine_rounded(y, scale, bias, self.io_dtype)
+            if self.modulated:  # (op by op too, after the affine's own rounding)
+                y = modulation_rounded(y, shift, mscale, self.mod_offset, self.out_dtype, self.shift_dtype,
+                                       self.mscale_dtype)
+            return y.astype(self.result_dtype)
         sd = y.dtype
         if scale is not None:
             y = y * scale.astype(sd)

@@ -389,3 +389,21 @@ def jax_rngs() -> Any:
     from flax import nnx
 
     return nnx.Rngs(0)
+
+
+@pytest.mark.parametrize("convention", ["deberta", "eager"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_adaptive_layer_norm_takes_the_layer_norm_conventions(convention: str, dtype: str) -> None:
+    # the norm rounded op by op as the convention says, its affine, then the modulation: torch's
+    # reference of the same flow (it took no convention= before)
+    x = _x((3, 5, 32), dtype)
+    emb = _x((3, 64), dtype, seed=1) * 0.3
+    w, b = 1 + 0.1 * _x((32,), dtype, seed=2), 0.1 * _x((32,), dtype, seed=3)
+    y, _ = jln.adaptive_layer_norm(x, emb, w, b, order="seed", convention=convention)
+    t = adaptive_reference.adaptive_layer_norm(_t(x), _t(emb), _t(w), _t(b), order=jln.ORDERS["seed"],
+                                               convention=convention)
+    assert str(y.dtype) == str(t.dtype).removeprefix("torch.")
+    if dtype == "float32":
+        np.testing.assert_allclose(np.asarray(y), t.numpy(), rtol=0, atol=2e-6 * float(t.abs().max()))
+    else:
+        assert _bits(y, t) >= 0.999
