@@ -248,6 +248,10 @@ class ModuleSpec:
     needs: str = ""  # an optional package that must be importable
     dtypes: tuple[str, ...] = ("float32", "bfloat16")  # default sweep; --full or --dtypes: all asked
     skip_float64: str = ""  # why float64 has no meaningful reference, if so
+    #: the float64 reference ``ref64(module64, args)`` where the module itself computes in
+    #: float32 even on float64 inputs (``skip_float64``): its family's torch reference, which
+    #: does not (``None``: the float64 module is the reference)
+    ref64: Callable[[Any, Sequence[Any]], Any] | None = None
 
 
 def _module_specs() -> tuple[ModuleSpec, ...]:
@@ -314,14 +318,34 @@ def _module_specs() -> tuple[ModuleSpec, ...]:
         ModuleSpec(
             "module:Qwen3NextRMSNormGated[linen]", lambda: _hf_norm("Qwen3NextRMSNormGated", d, 1e-6),
             ((2, 5, d), (2, 5, d)), needs="transformers",
-            skip_float64=f32_upcast.format("transformers' Qwen3NextRMSNormGated"),
+            skip_float64=f32_upcast.format("transformers' Qwen3NextRMSNormGated"), ref64=_gated_ref64("qwen3_next"),
         ),
         ModuleSpec(
             "module:Mamba2RMSNormGated[nnx]", lambda: _hf_norm("Mamba2RMSNormGated", d, 1e-6, group_size=d),
             ((2, 5, d), (2, 5, d)), api="nnx", needs="transformers",
-            skip_float64=f32_upcast.format("transformers' Mamba2RMSNormGated"),
+            skip_float64=f32_upcast.format("transformers' Mamba2RMSNormGated"), ref64=_gated_ref64("mamba"),
+        ),
+        ModuleSpec(
+            "module:Mamba2RMSNormGated[linen,groups]",
+            lambda: _hf_norm("Mamba2RMSNormGated", d, 1e-6, group_size=d // 4),
+            ((2, 5, d), (2, 5, d)), needs="transformers",
+            skip_float64=f32_upcast.format("transformers' Mamba2RMSNormGated"), ref64=_gated_ref64("mamba"),
         ),
     )
+
+
+def _gated_ref64(convention: str) -> Callable[[Any, Sequence[Any]], Any]:
+    """The float64 reference of transformers' gated norms (which compute in float32 even on
+    float64 inputs): the gated family's torch reference, float64 throughout."""
+
+    def ref64(m: Any, a: Sequence[Any]) -> Any:
+        from jln.families.gated_rms_norm import reference
+
+        gs = getattr(m, "group_size", None)
+        return reference.gated_rms_norm(a[0], a[1], m.weight, eps=float(m.variance_epsilon), convention=convention,
+                                        group_size=None if gs is None or gs == a[0].shape[-1] else int(gs))
+
+    return ref64
 
 
 def _module_case(spec: ModuleSpec, dtype: str, full: bool) -> Case:
@@ -347,7 +371,9 @@ def _module_case(spec: ModuleSpec, dtype: str, full: bool) -> Case:
         jm = _jax_module(converted, "jln parity")
 
         def torch_fn(*a: Any) -> Any:
-            return spec.call(t64 if a[0].dtype == torch.float64 and dtype != "float64" else tmod, a)
+            if a[0].dtype == torch.float64 and dtype != "float64":
+                return spec.call(t64, a) if spec.ref64 is None else spec.ref64(t64, a)
+            return spec.call(tmod, a)
 
         rng = np.random.default_rng(1)
         inputs = [_registry.cast(rng.standard_normal(s), dtype) for s in spec.input_shapes]
