@@ -82,6 +82,7 @@ def forward(module: Module, inputs: tuple[Any, ...], call: dict[str, Any], deter
     inputs, create the parameters, run the kind's ``apply``."""
     kind, cfg = module._kind, module.cfg
     fn = f"jln.linen.{kind.name}"
+    M.check_features_option(kind, cfg, inputs, fn)
     shapes = [s.infer(cfg, inputs[s.input], kind.inputs[s.input], fn) for s in kind.shapes]
     params = _create(module, kind.specs(cfg, *shapes), cfg.param_dtype)
     call = dict(call)

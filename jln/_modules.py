@@ -421,6 +421,9 @@ class Kind:
     call_options: tuple[tuple[str, Any, str], ...] = ()  # (name, default, annotation), after the inputs
     #: the annotation of what ``__call__`` returns
     output: str = "jax.Array"
+    #: the axis of ``x`` whose size is the ``features`` option, for kinds that have both (the
+    #: call checks it first, so a wrong width is named in the module's own terms)
+    features_axis: int = -1
     dropout: bool = False
     flax_twin: bool = False  # flax has a module of this name (jln.flax.<api>.<name>)
     #: running statistics (``jln.families.batch_norm.module``): ``state(cfg, *shapes)`` gives their specs;
@@ -513,3 +516,22 @@ def unknown_keywords(kind: Kind, kwargs: Mapping[str, Any], api: str, sizes: tup
                 f"jln.{api}.{kind.name} got an unexpected keyword argument {name!r}{hint} Its options "
                 f"are: {', '.join(known)}."
             )
+
+
+def check_features_option(kind: Kind, cfg: Any, inputs: tuple[Any, ...], fn: str) -> None:
+    """``ValueError`` unless ``x``, the first input, has ``cfg.features`` at the kind's
+    ``features_axis`` (kinds with a ``features`` option and an ``x``): said as the module's
+    mistake, before the core function meets shapes the user never passed."""
+    if kind.inputs[:1] != ("x",) or "features" not in {f.name for f in kind.options}:
+        return
+    x, want = inputs[0], cfg.features
+    _validate.check_floating(x, fn)
+    if x.ndim == 0 or not -x.ndim <= kind.features_axis < x.ndim:
+        raise ValueError(f"{fn}: `x` must have a feature axis {kind.features_axis}; received x.shape={tuple(x.shape)}.")
+    have = int(x.shape[kind.features_axis])
+    if have != want:
+        raise ValueError(
+            f"{fn}: the module was built for features={want} at axis {kind.features_axis} of x; received "
+            f"x.shape={tuple(x.shape)}, which has {have} there. Build it with features={have}, or pass x "
+            f"with {want} features."
+        )

@@ -157,6 +157,7 @@ def forward(module: Module, inputs: tuple[Any, ...], call: dict[str, Any]) -> An
     mode)."""
     kind, cfg = module._kind, module.cfg
     call = dict(call)
+    M.check_features_option(kind, cfg, inputs, f"jln.nnx.{kind.name}")
     for s in kind.shapes:
         if s.check is not None:
             s.check(cfg, inputs[s.input], getattr(module, s.name), f"jln.nnx.{kind.name}")

@@ -147,7 +147,7 @@ ADA_GROUP_NORM = Kind(
               NNX_IMPORTS + "  >>> m = jnnx.AdaGroupNorm(3, 8, num_groups=2, rngs=nnx.Rngs(0))\n  >>> "
               "m(jnp.ones((2, 8, 4, 4)), jnp.ones((2, 3))).shape\n  (2, 8, 4, 4)"),
     rngs_doc="``nnx.Rngs`` for the Dense kernel init.",
-    shapes=(M.cond_features("emb", "{cfg.proj_name}/kernel"),), positional=1,
+    shapes=(M.cond_features("emb", "{cfg.proj_name}/kernel"),), positional=1, features_axis=1,
 )
 
 # --------------------------------------------------------------------------- AdaLNTable

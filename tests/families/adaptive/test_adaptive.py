@@ -407,3 +407,18 @@ def test_adaptive_layer_norm_takes_the_layer_norm_conventions(convention: str, d
         np.testing.assert_allclose(np.asarray(y), t.numpy(), rtol=0, atol=2e-6 * float(t.abs().max()))
     else:
         assert _bits(y, t) >= 0.999
+
+
+def test_a_wrong_width_is_named_in_the_modules_terms() -> None:
+    # AdaLNZero(features=32) on 64-wide x named jln.adaptive_layer_norm and a chunk shape the
+    # user never passed; the module now says its own name, features and x's shape
+    from flax import nnx
+
+    x, c = jnp.ones((2, 5, 64)), jnp.ones((2, 8))
+    with pytest.raises(ValueError, match=r"^jln\.linen\.AdaLNZero: the module was built for features=32 .* "
+                                         r"x\.shape=\(2, 5, 64\), which has 64 there"):
+        jlinen.AdaLNZero(features=32).init(jax.random.key(0), x, c)
+    with pytest.raises(ValueError, match=r"^jln\.nnx\.AdaLNZero: the module was built for features=32"):
+        jnnx.AdaLNZero(8, 32)(x, c)
+    with pytest.raises(ValueError, match=r"^jln\.nnx\.AdaGroupNorm: the module was built for features=16 at axis 1"):
+        jnnx.AdaGroupNorm(8, 16, num_groups=4, rngs=nnx.Rngs(0))(jnp.ones((2, 8, 3, 3)), c)
