@@ -200,7 +200,7 @@ def test_table_has_a_legend_and_whole_skip_reasons(tmp_path: Any, capsys: pytest
     assert code == 0
     assert parity.LEGEND in out
     legend = dict(line.split(None, 1) for line in parity.LEGEND.splitlines() if not line.startswith(" "))
-    assert "float64" in legend["max_abs_err"] and "vs torch" in legend["max_ulp"] and "vs torch" in legend["frac_bitexact"]
+    assert "float64" in legend["max_abs_err"] and "rule holds" in legend["decides"] and "vs torch" in legend["frac_bitexact"]
     (skip,) = json.loads(path.read_text())["skipped"]
     assert len(skip["reason"]) > 60
     (row,) = [line for line in out.splitlines() if " skip " in line]
@@ -254,6 +254,26 @@ def test_max_ulp_is_at_the_row_scale_and_the_elementwise_figure_is_kept(
     assert rows and all(isinstance(r["max_ulp"], float) and r["max_ulp"] < 64 for r in rows), rows
     assert all(r["max_ulp_elementwise"] >= r["max_ulp"] // 2 for r in rows)
     assert "max_ulp_elementwise" in parity.LEGEND and "row's largest |torch|" in parity.LEGEND
+
+
+def test_a_passing_row_shows_the_measure_that_decides(capsys: pytest.CaptureFixture[str]) -> None:
+    # width-1 rows: the output is 0 to the reference, and jln's few ulps of rounding noise there
+    # counted 8388608 "max_ulp" against a row whose largest |torch| is 0: a pass that read as a
+    # failure. The table shows what the rule held instead: the share of the bound, or the
+    # bit-exact rule's elementwise ulps
+    code, out, _ = run(capsys, "--ops", "layer_norm,rms_norm[llama]", "--dtypes", "f32,bf16", "--shapes", "5x1,4x8",
+                       "--no-progress", "--no-modules")
+    assert code == 0, out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("layer_norm ", "rms_norm"))]
+    assert rows
+    for r in rows:
+        i = r.index("pass")
+        shown = r[i + 3: i + 6]  # after max_abs_err and bound: "0.12 of bound" or "1 ulp"
+        if shown[1] == "of":
+            assert float(shown[0]) <= 1.0, r
+        else:
+            assert shown[1] == "ulp" and int(shown[0]) <= 2, r
+    assert "8388608" not in out
 
 
 def test_row_ulp_of_a_subnormal_row_is_inf_without_a_warning() -> None:

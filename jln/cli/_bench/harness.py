@@ -887,12 +887,39 @@ def faulted_cases(report: dict[str, Any]) -> list[dict[str, Any]]:
             if (r.get("faults_per_call") or 0) * PAGE_BYTES >= FAULTED_SHARE * r["bytes"]]
 
 
+def _detail_table(results: list[dict[str, Any]], idx: dict[Any, Any], op: str, directions: list[str]) -> list[str]:
+    """``op``'s per-shape table: each implementation's median µs (GB/s), beside the copy floor
+    for the bytes the op moves in that direction."""
+    detail = sorted({(tuple(r["shape"]), r["dtype"]) for r in results if r["op"] == op}, key=lambda t: (t[1], t[0][1]))
+    shown = [i for i in impls.IMPLS if any(r["impl"] == i and r["op"] == op for r in results)]
+    if not detail or not shown:
+        return []
+    lines = ["", f"{op}, median µs (GB/s):", "",
+             "| shape | dtype | dir | copy floor | " + " | ".join(shown) + " |",
+             "|---|---|---|---|" + "---|" * len(shown)]
+    for shape, dtype in detail:
+        for direction in directions:
+            cells = []
+            for i in shown:
+                rec = idx.get((i, op, shape, dtype, direction))
+                cells.append("–" if rec is None else f"{rec['median_us']:.0f} ({rec['gbps']:.1f})")
+            if all(c == "–" for c in cells):
+                continue
+            cp = idx.get(("copy", "copy", shape, dtype, "fwd"))
+            # the floor for this direction's bytes: the copy's time scaled to them
+            scale = 1.0 if cp is None else bytes_moved(op, shape[0], shape[1], jnp.dtype(dtype).itemsize,
+                                                       direction) / cp["bytes"]
+            copy_cell = "–" if cp is None else f"{cp['median_us'] * scale:.0f} ({cp['gbps']:.1f})"
+            lines.append(f"| {shape[0]}×{shape[1]} | {dtype} | {direction} | {copy_cell} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(
     report: dict[str, Any], *, title: str = "jln bench", command: str | None = None,
     headline: Sequence[str] = ("jln",),
 ) -> str:
     """A short markdown summary: device, versions, a ratio table per ``headline`` impl (its time
-    against the others'), per-width layer_norm detail."""
+    against the others'), then per op a table of each shape's median µs and GB/s beside the copy floor."""
     d, v = report["device"], report["versions"]
     dev = d["name"] if d["platform"] == "cpu" else f"{d['kind']} (host CPU: {d['cpu']})"
     lines = [
@@ -957,26 +984,9 @@ def markdown(
                      _fmt(r["pct_of_copy"], ".0f"), res]
             lines.append("| " + " | ".join(cells) + " |")
     idx = _index(report["results"])
-    detail = sorted({(tuple(r["shape"]), r["dtype"]) for r in report["results"] if r["op"] == "layer_norm"},
-                    key=lambda t: (t[1], t[0][1]))
-    if detail:
-        shown = [i for i in impls.IMPLS if any(r["impl"] == i and r["op"] == "layer_norm" for r in report["results"])]
-        lines += ["", "layer_norm, median µs (GB/s):", "",
-                  "| shape | dtype | dir | copy floor | " + " | ".join(shown) + " |",
-                  "|---|---|---|---|" + "---|" * len(shown)]
-        present = [d for d in DIRECTIONS if any(r["direction"] == d for r in report["results"])]
-        for shape, dtype in detail:
-            for direction in present:
-                cp = idx.get(("copy", "copy", shape, dtype, "fwd"))
-                cells = []
-                for i in shown:
-                    rec = idx.get((i, "layer_norm", shape, dtype, direction))
-                    cells.append("–" if rec is None else f"{rec['median_us']:.0f} ({rec['gbps']:.1f})")
-                # the floor for this direction's bytes: the copy's time scaled to them
-                scale = 1.0 if cp is None else bytes_moved("layer_norm", shape[0], shape[1], jnp.dtype(dtype).itemsize,
-                                                           direction) / cp["bytes"]
-                copy_cell = "–" if cp is None else f"{cp['median_us'] * scale:.0f} ({cp['gbps']:.1f})"
-                lines.append(f"| {shape[0]}×{shape[1]} | {dtype} | {direction} | {copy_cell} | " + " | ".join(cells) + " |")
+    present = [d for d in DIRECTIONS if any(r["direction"] == d for r in report["results"])]
+    for op in dict.fromkeys(r["op"] for r in report["results"] if r["op"] != "copy"):
+        lines += _detail_table(report["results"], idx, op, present)
     above = [r for r in report["results"] if r["impl"] != "copy" and (r.get("pct_of_copy") or 0) > 100.0]
     if above:
         lines += ["", "Above 100% of copy: a floor that was not one (the copy was timed slower than these cases "
