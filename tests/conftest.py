@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import jax
@@ -55,7 +56,18 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return f"jln native CPU kernels: {_NATIVE[0]}" if _NATIVE else None
 
 
+#: the impl values that force jln's native CPU kernels
+NATIVE_IMPLS = ("native", "jln-native")
+#: JLN_NATIVE=0 turns the native kernels off: the XLA path is what runs, and what the suite checks
+NATIVE_OFF = os.environ.get("JLN_NATIVE") == "0"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if NATIVE_OFF:
+        off = pytest.mark.skip(reason="JLN_NATIVE=0: the native kernels are off (impl='native' refuses)")
+        for item in items:
+            if getattr(item, "callspec", None) is not None and item.callspec.params.get("impl") in NATIVE_IMPLS:
+                item.add_marker(off)
     if config.getoption("--run-slow"):
         return
     skip = pytest.mark.skip(reason="long sweep: run with --run-slow")

@@ -20,6 +20,7 @@ from jln.cli import bench as cli
 from jln.cli import main as jln_main
 from jln.cli._bench import harness as _bench
 from jln.cli._bench import impls as _bench_impls
+from tests.conftest import NATIVE_OFF
 
 TINY = ["--widths", "256", "--rows", "64", "--reps", "2", "--warmup", "1", "--quiet"]
 RECORD_KEYS = {"impl", "op", "shape", "dtype", "direction", "median_us", "gbps", "pct_of_copy",
@@ -57,13 +58,14 @@ def test_json_schema(tiny_report: dict) -> None:
     results = tiny_report["results"]
     for s in tiny_report["skipped"]:
         assert s["reason"]
-        assert s["impl"] == "jln-pallas", s  # everything else runs here, also under strict JAX
+        # everything else runs here, also under strict JAX (jln-native unless JLN_NATIVE=0)
+        assert s["impl"] in ("jln-pallas", *(("jln-native",) if NATIVE_OFF else ())), s
     # 2 dtypes x (copy + 2 ops x 6 runnable impls x 2 directions), jln-pallas is skipped on CPU
     seen = {(r["impl"], r["op"], r["dtype"], r["direction"]) for r in results}
     for dtype in ("float32", "bfloat16"):
         assert ("copy", "copy", dtype, "fwd") in seen
         for op in ("layer_norm", "add_rms_norm[torch]"):
-            for impl in ("jln", "jln-xla", "jln-native", "flax", "jnp"):
+            for impl in ("jln", "jln-xla", *(() if NATIVE_OFF else ("jln-native",)), "flax", "jnp"):
                 for direction in ("fwd", "fwd+bwd"):
                     assert (impl, op, dtype, direction) in seen
     for r in results:
@@ -313,7 +315,7 @@ def test_same_data_across_impls() -> None:
     mu = x.mean(-1, keepdims=True)
     ref = (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + _bench_impls.EPS)
     ref = ref * np.asarray(p["scale"], np.float64) + np.asarray(p["bias"], np.float64)
-    for impl in ("jln", "jln-xla", "jln-native", "flax", "flax-2pass", "jnp"):
+    for impl in ("jln", "jln-xla", *(() if NATIVE_OFF else ("jln-native",)), "flax", "flax-2pass", "jnp"):
         with _bench.standard_promotion():
             (y,) = _bench_impls.jax_op(impl, "layer_norm")(p)
         np.testing.assert_allclose(np.asarray(y), ref, atol=2e-5, err_msg=impl)
@@ -671,3 +673,12 @@ def test_tables_go_to_stdout_also_with_output_files(tmp_path: pathlib.Path, caps
     out = capsys.readouterr().out
     assert "| layer_norm | float32 | fwd |" in out or "layer_norm, median" in out, out
     assert f"wrote {path}" in out
+
+
+def test_markdown_has_a_per_shape_table_for_every_op(tiny_report: dict) -> None:
+    # the per-shape µs table was written for layer_norm alone (hard-coded): every op gets one
+    md = pathlib.Path(tiny_report["_dir"], "r.md").read_text()
+    for op in ("layer_norm", "add_rms_norm[torch]"):
+        assert f"{op}, median µs (GB/s):" in md, md
+        head = md.split(f"{op}, median µs (GB/s):", 1)[1]
+        assert "| 64×256 | float32 | fwd |" in head.split("\n\n", 2)[1], head[:400]

@@ -285,7 +285,8 @@ def test_norm_initializers_take_keys_and_sharding_annotations():
     m = L.RMSNorm(scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)))
     v = m.init(jax.random.key(0), x)
     assert nn.get_partition_spec(v)["params"]["scale"] == jax.sharding.PartitionSpec("embed")
-    np.testing.assert_array_equal(m.apply(v, x), np.ones((2, 4), np.float32))
+    # ones normalized: 1 / sqrt(1 + eps), eps torch's finfo(float32).eps
+    np.testing.assert_allclose(m.apply(v, x), np.full((2, 4), 1 / np.sqrt(1 + np.finfo(np.float32).eps)), rtol=1e-7)
     with jax.set_mesh(jax.make_mesh((1,), ("embed",))):
         n = N.LayerNorm(4, bias_init=nnx.with_partitioning(nnx.initializers.zeros, ("embed",)), rngs=nnx.Rngs(0))
     spec = nnx.get_partition_spec(nnx.state(n, nnx.Param)).to_pure_dict()
