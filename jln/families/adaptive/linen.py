@@ -384,6 +384,10 @@ class AdaLNScale(_linen.Module):
         (Mochi: float32 norm and modulation, one rounding).
       out_features: with a size, a Dense ``linear_2`` (``features -> out_features``) after the
         modulation (Lumina's ``out_dim``).
+      broadcast: ``"tokens"``: a ``[B, c]`` condition scales every token of ``x [B, ..., d]``;
+        ``"torch"``: as diffusers' ``(1 + scale)[:, None]`` under torch's broadcasting, whatever the
+        ranks (a 3-D ``cond [B, L', c]`` against ``x [B, L, d]`` gives ``[B, B, L, d]``, as torch):
+        what ``jln.interop.from_torch`` builds.
       dtype: ``None``: output in ``x.dtype`` (Dense layers run in the main input's dtype); else
         compute in and return this dtype.
       param_dtype: dtype of the parameters (float32).
@@ -426,6 +430,7 @@ class AdaLNScale(_linen.Module):
     use_bias: bool = True
     norm_type: Literal["layer_norm", "rms_norm", "fp32_rms_norm"] = "layer_norm"
     out_features: int | None = None
+    broadcast: Literal["tokens", "torch"] = "tokens"
     dtype: DTypeLike | None = None
     param_dtype: DTypeLike = jnp.float32
     impl: Impl = "auto"
@@ -719,11 +724,12 @@ class AdaRMSNorm(_linen.Module):
       bias_init: initializer of every Dense bias; ``None``: torch's.
 
     Returns (``__call__(x, cond)``): ``(y, gate)``: ``y`` like ``x``, ``gate [B, 1, d]``, both in
-    ``x.dtype`` (or ``dtype``).
+    ``x.dtype`` (or ``dtype``); ``dense(cond)[:, None, :]`` meets ``x`` under torch's broadcasting
+    whatever the ranks (``cond [B, L', c]``: ``y [B, B, L, d]``, ``gate [B, 1, L', d]``, as torch).
 
     Raises:
-      TypeError, ValueError: non-floating inputs, a ``cond`` that is not ``[B, cond_features]``,
-        mismatched sizes.
+      TypeError, ValueError: non-floating inputs, a ``cond`` without a batch axis, shapes torch
+        cannot broadcast, mismatched sizes.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -751,7 +757,9 @@ class AdaRMSNorm(_linen.Module):
         """The module on its inputs.
 
         Returns:
-          ``(y, gate)``: ``y`` like ``x``, ``gate [B, 1, d]``, both in ``x.dtype`` (or ``dtype``).
+          ``(y, gate)``: ``y`` like ``x``, ``gate [B, 1, d]``, both in ``x.dtype`` (or ``dtype``);
+          ``dense(cond)[:, None, :]`` meets ``x`` under torch's broadcasting whatever the ranks (``cond
+          [B, L', c]``: ``y [B, B, L, d]``, ``gate [B, 1, L', d]``, as torch).
         """
         return _linen.forward(self, (x, cond), {})
 

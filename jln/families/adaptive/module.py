@@ -47,7 +47,7 @@ from jln._modules import (
     silu,
     zeros,
 )
-from jln.families.adaptive.function import adaptive_layer_norm, adaptive_rms_norm, resolve_order
+from jln.families.adaptive.function import adaptive_layer_norm, adaptive_rms_norm, resolve_order, torch_broadcast
 
 Array = jax.Array
 
@@ -474,6 +474,12 @@ ADA_LN_ZERO_JOINT = Kind(
 # --------------------------------------------------------------------------- AdaLNScale
 
 
+#: how :class:`AdaLNScale`'s scale meets ``x``: over the token axes (a ``[B, c]`` condition
+#: broadcast as ``[B, 1, ..., d]``), or as diffusers writes it, ``(1 + scale)[:, None]`` under
+#: torch's broadcasting
+SCALE_BROADCASTS = ("tokens", "torch")
+
+
 def _check_scale(cfg: Any) -> None:
     fn = "jln AdaLNScale"
     _validate.check_inits(cfg, fn, ("scale_init", "bias_init", "linear_kernel_init", "linear_bias_init"))
@@ -481,6 +487,7 @@ def _check_scale(cfg: Any) -> None:
     if cfg.out_features is not None:
         object.__setattr__(cfg, "out_features", _validate.check_positive(cfg.out_features, "out_features", fn))
     _validate.check_choice(cfg.norm_type, "norm_type", ZERO_NORM_TYPES, fn)
+    _validate.check_choice(cfg.broadcast, "broadcast", SCALE_BROADCASTS, fn)
     if cfg.norm_type == "fp32_rms_norm" and cfg.elementwise_affine:
         raise ValueError(
             f"{fn}: norm_type='fp32_rms_norm' (Mochi's modulated RMSNorm) has no weight; build it "
@@ -499,6 +506,10 @@ AdaLNScaleConfig = make_config(
             "``\"fp32_rms_norm\"`` (Mochi: float32 norm and modulation, one rounding)."),
      Option("out_features", "int | None", None, "with a size, a Dense ``linear_2`` (``features -> "
             "out_features``) after the modulation (Lumina's ``out_dim``)."),
+     Option("broadcast", literal(SCALE_BROADCASTS), "tokens", "``\"tokens\"``: a ``[B, c]`` condition scales "
+            "every token of ``x [B, ..., d]``; ``\"torch\"``: as diffusers' ``(1 + scale)[:, None]`` under "
+            "torch's broadcasting, whatever the ranks (a 3-D ``cond [B, L', c]`` against ``x [B, L, d]`` "
+            "gives ``[B, B, L, d]``, as torch): what ``jln.interop.from_torch`` builds."),
      *COMPUTE, *ADAPTIVE_DISTRIBUTED,
      SCALE_INIT.but(doc="the norm's ``scale`` initializer (with ``elementwise_affine``); ``None``: ones."),
      BIAS_INIT.but(doc="the norm's ``bias`` initializer; ``None``: zeros."),
@@ -527,6 +538,8 @@ def apply_scale(params: Params, x: Array, cond: Array, cfg: Any) -> tuple[Array,
     dt = compute_dtype(cfg.dtype, x)  # diffusers casts SiLU(cond) to x's dtype
     xi = cast_in(x, cfg.dtype)
     h = dense(params["linear_1"], silu(cond).astype(dt), dt, fn, "cond")
+    if cfg.broadcast == "torch":
+        xi, h, _ = torch_broadcast(xi, h, fn)
     y, _ = modulated_norm(xi, h, cfg, params.get("norm", {}), order="scale_only", norm_type=cfg.norm_type)
     if "linear_2" in params:
         y = dense(params["linear_2"], y, y.dtype, fn, "the modulated x")
