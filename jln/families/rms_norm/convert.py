@@ -79,10 +79,11 @@ _LLAMA = ("LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm")
 _GEMMA = ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm")
 
 
-def _rms(convention: str, eps_attr: str, *, float_weight: bool = False) -> Callable[[Any, str], tuple[C.Spec, C.Params]]:
+def _rms(convention: str, eps_attr: str, *, rounded_offset: bool = False) -> Callable[[Any, str], tuple[C.Spec, C.Params]]:
     """An RMSNorm over the last axis in ``convention``, with its weight if it has one.
-    ``float_weight``: the class adds 1 to the weight in the weight's own dtype, which only the
-    gemma convention's float32 ``1 + w`` equals for a float32 (or float64) weight."""
+    ``rounded_offset``: the class adds 1 to the weight in the weight's own dtype before
+    upcasting: the gemma convention for a float32 (or float64) weight, ``"gemma_rounded"``
+    (which rounds ``1 + w`` to a half weight's dtype) for a half one."""
 
     def convert(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
         w = C.own_weight(m)
@@ -93,17 +94,11 @@ def _rms(convention: str, eps_attr: str, *, float_weight: bool = False) -> Calla
             return C.Spec("RMSNorm", {}, (size,), opts), {}
         if w.ndim != 1:
             raise C.unsupported(m, fn, f"its weight has shape {tuple(w.shape)}", "Use a 1-D weight.")
-        if float_weight and str(w.dtype) not in ("torch.float32", "torch.float64"):
-            raise C.unsupported(
-                m, fn,
-                f"it computes `1 + weight` in the weight's dtype ({w.dtype}) before upcasting, which "
-                f"rounds; jln's gemma convention forms `1 + weight` in float32 (the same numbers only "
-                f"for a float32 weight)",
-                "Keep this norm's weight in float32 (as its model's _keep_in_fp32_modules does), or "
-                "fold the rounded `1 + weight` into a convention='torch' RMSNorm's scale.",
-            )
+        conv = convention
+        if rounded_offset and str(w.dtype) not in ("torch.float32", "torch.float64"):
+            conv = "gemma_rounded"
         p = {"scale": C.to_jax(w, "weight", fn)}
-        opts = dict(eps=eps, convention=convention, axis=-1, use_scale=True, param_dtype=C.param_dtype(p))
+        opts = dict(eps=eps, convention=conv, axis=-1, use_scale=True, param_dtype=C.param_dtype(p))
         return C.Spec("RMSNorm", {}, (int(w.shape[0]),), opts), p
 
     return convert
@@ -289,12 +284,12 @@ CONVERTERS: tuple[C.Converter, ...] = (
         LAYOUTS["RMSNorm"],
     ),
     C.Converter(
-        "transformers MuseSparkTextCenteredRMSNorm, diffusers Krea2RMSNorm (1 + weight in the weight's dtype; a "
-        "float32 weight) and their copies",
-        "RMSNorm(convention='gemma')",
+        "transformers MuseSparkTextCenteredRMSNorm, diffusers Krea2RMSNorm (1 + weight in the weight's dtype) "
+        "and their copies",
+        "RMSNorm(convention='gemma'; 'gemma_rounded' for a half weight)",
         C.computes_as(((f"{C.T}.muse_spark.modeling_muse_spark", "MuseSparkTextCenteredRMSNorm"),
                      ("diffusers.models.transformers.transformer_krea2", "Krea2RMSNorm")), ("weight", "eps")),
-        _rms("gemma", "eps", float_weight=True),
+        _rms("gemma", "eps", rounded_offset=True),
         LAYOUTS["RMSNorm"],
     ),
     C.Converter(

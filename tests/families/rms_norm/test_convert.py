@@ -1,0 +1,49 @@
+"""Converted RMSNorms whose weight dtype decides the computation: MuseSpark's centered RMSNorm
+and Krea 2's form ``1 + weight`` in the weight's dtype (``"gemma"`` for a float32 weight,
+``"gemma_rounded"`` for a half one); and the refused classes, refused with the reason. The
+expected values are the torch modules' own outputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("diffusers")
+
+from jln.interop import from_torch, to_torch_state_dict  # noqa: E402
+from tests.test_interop import _jax, assert_same  # noqa: E402
+
+D = 64
+
+
+def _centered(name: str) -> Any:
+    if name == "MuseSpark":
+        from transformers.models.muse_spark.modeling_muse_spark import MuseSparkTextCenteredRMSNorm
+
+        return MuseSparkTextCenteredRMSNorm(D)
+    from diffusers.models.transformers.transformer_krea2 import Krea2RMSNorm
+
+    return Krea2RMSNorm(D)
+
+
+@pytest.mark.parametrize("name", ["MuseSpark", "Krea2"])
+@pytest.mark.parametrize(("w_dtype", "x_dtype"), [("bfloat16", "bfloat16"), ("float16", "float16"),
+                                                  ("bfloat16", "float32"), ("float32", "bfloat16")])
+def test_one_plus_weight_in_the_weights_dtype(name: str, w_dtype: str, x_dtype: str) -> None:
+    wd, xd = getattr(torch, w_dtype), getattr(torch, x_dtype)
+    m = _centered(name)
+    with torch.no_grad():
+        m.weight.copy_(torch.randn(D, generator=torch.Generator().manual_seed(1)))
+    m = m.to(wd).eval()
+    x = torch.randn((4, 9, D), generator=torch.Generator().manual_seed(0)).to(xd)
+    with torch.no_grad():
+        want = m(x)
+    lin, variables = from_torch(m)
+    assert lin.convention == ("gemma" if w_dtype == "float32" else "gemma_rounded")
+    for got in (lin.apply(variables, _jax(x)), from_torch(m, api="nnx")(_jax(x))):
+        assert_same((got,), (want,), xd)
+    sd = to_torch_state_dict(variables, lin)
+    assert sd["weight"].dtype == wd and torch.equal(sd["weight"], m.weight)
