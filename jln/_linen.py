@@ -77,11 +77,14 @@ def _sow(module: nn.Module, stats: Any) -> None:
         module.sow("intermediates", "stats", stats)
 
 
-def forward(module: Module, inputs: tuple[Any, ...], call: dict[str, Any], deterministic: bool = True) -> Any:
+def forward(module: Module, inputs: tuple[Any, ...], call: dict[str, Any], deterministic: bool = True,
+            aliased: Mapping[str, Any] | None = None) -> Any:
     """The body of every linen ``__call__`` (inside ``nn.compact``): infer the sizes from the
-    inputs, create the parameters, run the kind's ``apply``."""
+    inputs, create the parameters, run the kind's ``apply``. ``aliased``: the inputs given by
+    their torch keyword (:attr:`jln._modules.Kind.input_aliases`)."""
     kind, cfg = module._kind, module.cfg
     fn = f"jln.linen.{kind.name}"
+    inputs = M.aliased_inputs(kind, inputs, aliased, fn)
     shapes = _sizes(module, kind, cfg, inputs, fn)
     params = _create(module, kind.specs(cfg, *shapes), cfg.param_dtype)
     call = dict(call)

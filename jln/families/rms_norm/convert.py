@@ -41,6 +41,12 @@ def _hf_rms(convention: str, eps_attr: str) -> Callable[[Any, str], tuple[C.Spec
     return convert
 
 
+def _width(dim: int, p: C.Params) -> int | None:
+    """NNX's ``num_features`` of a diffusers RMSNorm: its ``dim``, ``None`` for a weightless one
+    built with ``dim=0`` (Mochi's ``RMSNorm(0, eps, False)``, whose width nothing records)."""
+    return dim if p or dim > 0 else None
+
+
 def _conv_diffusers_rms(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
     dim = tuple(int(s) for s in m.dim)
     if len(dim) != 1:
@@ -59,7 +65,7 @@ def _conv_diffusers_rms(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
         use_bias="bias" in p,
         param_dtype=C.param_dtype(p),
     )
-    return C.Spec("RMSNorm", {}, (dim[0],), opts), p
+    return C.Spec("RMSNorm", {}, (_width(dim[0], p),), opts), p
 
 
 def _conv_mochi_rms(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
@@ -70,7 +76,7 @@ def _conv_mochi_rms(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
         raise C.unsupported(m, fn, f"dim={dim}: MochiRMSNorm reduces over the last axis only", "Use a 1-D dim.")
     p = C.affine(m, fn)
     opts = dict(eps=float(m.eps), convention="torch", axis=-1, use_scale="scale" in p, param_dtype=C.param_dtype(p))
-    return C.Spec("RMSNorm", {}, (dim[0],), opts), p
+    return C.Spec("RMSNorm", {}, (_width(dim[0], p),), opts), p
 
 
 _LLAMA = ("LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm")
@@ -116,7 +122,8 @@ def _conv_mochi(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
         raise C.unsupported(m, fn, f"dim={dim} has several axes but it reduces over the last axis only",
                              "Use a 1-D dim.")
     spec, p = _rms("torch", "eps")(m, fn)
-    return C.Spec("RMSNorm", {}, (dim[0],), spec.options), p
+    # a weightless RMSNorm(0, eps, False) (Mochi's) records no width: NNX takes num_features=None
+    return C.Spec("RMSNorm", {}, (_width(dim[0], p),), spec.options), p
 
 
 def _conv_cpmant(m: Any, fn: str) -> tuple[C.Spec, C.Params]:

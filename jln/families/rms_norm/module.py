@@ -17,7 +17,7 @@ from jln._modules import (
     LINEN_IMPORTS,
     NNX_IMPORTS,
     NORM_RNGS,
-    NUM_FEATURES,
+    NUM_FEATURES_OR_NONE,
     SCALE_INIT,
     TORCH_NAMES,
     USE_BIAS,
@@ -103,5 +103,5 @@ RMS_NORM = Kind(
               "m.apply(m.init(jax.random.key(0), x), x).dtype\n  dtype('float32')",
               NNX_IMPORTS + "  >>> jnnx.RMSNorm(4, convention=\"gemma\").scale[...]\n  Array([0., 0., 0., 0.], "
               "dtype=float32)"),
-    rngs_doc=NORM_RNGS, shapes=(NUM_FEATURES,), flax_twin=True,
+    rngs_doc=NORM_RNGS, shapes=(NUM_FEATURES_OR_NONE,), flax_twin=True,
 )

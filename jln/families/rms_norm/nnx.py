@@ -28,7 +28,8 @@ class RMSNorm(_nnx.Module):
 
     Args:
       num_features: shape of ``x`` at ``axis`` (LayerNorm: at ``param_axes`` when set; an int for
-        one axis).
+        one axis); ``None`` (NNX) for a module without parameters (``use_scale=False``, no bias),
+        which then takes any width.
       eps: ``None`` takes the convention's default (torch: ``finfo(float32).eps``).
       convention: ``"torch"``, ``"llama"``, ``"gemma"``, ``"t5"``, ``"diffusers"``, ``"seed"``,
         ``"eager"``, ``"round_rstd"``, ``"input_scaled"`` or ``"gemma_rounded"`` (cast order and eps
@@ -76,7 +77,7 @@ class RMSNorm(_nnx.Module):
 
     _kind: ClassVar[Kind] = kinds.RMS_NORM
 
-    num_features: tuple[int, ...]
+    num_features: tuple[int, ...] | None
     scale: nnx.Param[jax.Array] | None = None
     bias: nnx.Param[jax.Array] | None = None
     eps: float | None
@@ -96,7 +97,7 @@ class RMSNorm(_nnx.Module):
 
     def __init__(
         self,
-        num_features: int | tuple[int, ...],
+        num_features: int | tuple[int, ...] | None,
         *,
         eps: float | None = None,
         convention: Literal["torch", "llama", "qwen2", "mistral", "gemma", "t5", "diffusers", "seed", "x-transformers", "eager", "imagegpt", "ltx2", "round_rstd", "deepseek_v4", "glm5_next", "input_scaled", "muse_spark_input", "gemma_rounded", "muse_spark_centered", "krea2"] = "torch",

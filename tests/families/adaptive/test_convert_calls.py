@@ -105,3 +105,72 @@ def test_native_ada_ln_scale_keeps_token_broadcasting() -> None:
     y = m.apply(v, x, c)
     assert y.shape == x.shape
     np.testing.assert_array_equal(np.asarray(y[:, 0]), np.asarray(y[:, 2]))
+
+
+def _pixart(add: bool, dtype: Any) -> Any:
+    from diffusers.models.normalization import AdaLayerNormSingle
+
+    return _perturbed(AdaLayerNormSingle(48, use_additional_conditions=add), dtype)
+
+
+@pytest.mark.parametrize("add", [False, True])
+def test_ada_layer_norm_single_takes_diffusers_call(add: bool) -> None:
+    """forward(timestep, added_cond_kwargs=None, batch_size=None, hidden_dtype=None), by position
+    and by keyword, hidden_dtype a torch or a JAX dtype: torch's dtypes and numbers."""
+    bf16 = torch.bfloat16
+    m = _pixart(add, bf16)
+    t = torch.tensor([3.0, 999.0, 250.5])
+    res, ar = torch.tensor([[1024.0, 1024.0], [512.0, 768.0], [256.0, 256.0]]), torch.tensor([[1.0], [0.66], [1.0]])
+    kw = {"resolution": res, "aspect_ratio": ar} if add else None
+    jkw = {k: _jax(v) for k, v in kw.items()} if kw else None
+    with torch.no_grad():
+        want = m(t, kw, 3, bf16)
+    lin, variables = from_torch(m)
+    nnx_mod = from_torch(m, api="nnx")
+    jt = _jax(t)
+    calls = [lambda f: f(jt, jkw, 3, bf16), lambda f: f(jt, added_cond_kwargs=jkw, batch_size=3, hidden_dtype=bf16),
+             lambda f: f(jt, jkw, hidden_dtype=jnp.bfloat16)]
+    for call in calls:
+        for f in (lambda *a, **k: lin.apply(variables, *a, **k), nnx_mod):
+            got = call(f)
+            assert [str(g.dtype) for g in got] == ["bfloat16", "bfloat16"]
+            assert_same(tuple(got), tuple(want), bf16)
+
+
+def test_ada_layer_norm_single_float32_hidden_dtype_keyword() -> None:
+    m = _pixart(False, torch.float32)
+    t = torch.tensor([3.0, 999.0])
+    with torch.no_grad():
+        want = m(t, batch_size=2, hidden_dtype=torch.float32)
+    got = from_torch(m, api="nnx")(_jax(t), batch_size=2, hidden_dtype=torch.float32)
+    for a, b in zip(got, want, strict=True):
+        assert str(a.dtype) == "float32"
+        np.testing.assert_allclose(np.asarray(a), b.numpy(), rtol=0, atol=2e-5 * float(b.abs().max()))
+
+
+def _cogvideox_norm_out() -> Any:
+    from diffusers.models.normalization import AdaLayerNorm
+
+    # as CogVideoXTransformer3DModel builds its norm_out
+    return AdaLayerNorm(embedding_dim=COND, output_dim=2 * D, norm_elementwise_affine=True, norm_eps=1e-5,
+                        chunk_dim=1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cogvideox_norm_out_takes_temb(dtype: str) -> None:
+    """diffusers calls CogVideoX's final AdaLayerNorm as ``norm(x, temb=temb)``; the positional
+    call still works."""
+    dt = getattr(torch, dtype)
+    m = _perturbed(_cogvideox_norm_out(), dt)
+    x, temb = _rand((2, 7, D), dt, 0), _rand((2, COND), dt, 2)
+    with torch.no_grad():
+        want = m(x, temb=temb)
+    lin, variables = from_torch(m)
+    nnx_mod = from_torch(m, api="nnx")
+    jx, jt = _jax(x), _jax(temb)
+    for got in (lin.apply(variables, jx, temb=jt), nnx_mod(jx, temb=jt), lin.apply(variables, jx, jt), nnx_mod(jx, jt)):
+        assert_same((got,), (want,), dt)
+    with pytest.raises(TypeError, match="once"):
+        nnx_mod(jx, jt, temb=jt)
+    with pytest.raises(TypeError, match="temb"):
+        nnx_mod(jx)

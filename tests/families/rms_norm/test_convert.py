@@ -47,3 +47,29 @@ def test_one_plus_weight_in_the_weights_dtype(name: str, w_dtype: str, x_dtype: 
         assert_same((got,), (want,), xd)
     sd = to_torch_state_dict(variables, lin)
     assert sd["weight"].dtype == wd and torch.equal(sd["weight"], m.weight)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_mochi_weightless_rms_norm_on_nnx(dtype: str) -> None:
+    """Mochi's RMSNorm(0, eps, False) records no width: the NNX module takes num_features=None
+    (a module without parameters) and any width, with torch's numbers."""
+    from diffusers.models.normalization import RMSNorm
+
+    dt = getattr(torch, dtype)
+    m = RMSNorm(0, 1e-5, False).eval()
+    mod = from_torch(m, api="nnx")
+    assert mod.num_features is None
+    for width in (48, 16):
+        x = torch.randn((2, 5, width), generator=torch.Generator().manual_seed(width)).to(dt)
+        with torch.no_grad():
+            want = m(x)
+        assert_same((mod(_jax(x)),), (want,), dt)
+
+
+def test_num_features_none_needs_a_module_without_parameters() -> None:
+    from jln import nnx as jnnx
+
+    with pytest.raises(ValueError, match="without parameters"):
+        jnnx.RMSNorm(None)
+    with pytest.raises(ValueError, match="num_features"):
+        jnnx.LayerNorm(None)  # type: ignore[arg-type]
