@@ -110,6 +110,20 @@ def _rms(convention: str, eps_attr: str, *, rounded_offset: bool = False) -> Cal
     return convert
 
 
+def _conv_xlstm(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    """transformers ``xLSTMRMSNorm``: with ``force_float32_reductions`` (its default) LLaMA's
+    computation (float32 statistics, cast to x's dtype, then ``* weight``); without a bias."""
+    if not m.force_float32_reductions:
+        raise C.unsupported(m, fn, "force_float32_reductions=False takes x * rsqrt(mean(x^2) + eps) op by op in "
+                            "x's dtype, which no jln convention rounds as (convention='eager' divides by the sqrt)",
+                            "Keep force_float32_reductions=True (xLSTM's default).")
+    if getattr(m, "bias", None) is not None:
+        raise C.unsupported(m, fn, "it has a bias, added after LLaMA's `w * h` in the promoted dtype; jln's llama "
+                            "convention has none (the diffusers convention adds one after other roundings)",
+                            "Build it with use_bias=False (xLSTM's default).")
+    return _rms("llama", "eps")(m, fn)
+
+
 def _buffer_size(m: Any) -> int | None:
     """The width of a weightless norm where it records one (FalconMamba's unused ones buffer)."""
     b = getattr(m, "weight", None)
@@ -300,6 +314,13 @@ CONVERTERS: tuple[C.Converter, ...] = (
         LAYOUTS["RMSNorm"],
     ),
     C.Converter(
+        "transformers xLSTMRMSNorm (force_float32_reductions, no bias) and its copies",
+        "RMSNorm(convention='llama')",
+        C.computes_as(((f"{C.T}.xlstm.modeling_xlstm", "xLSTMRMSNorm"),), ("eps", "force_float32_reductions")),
+        _conv_xlstm,
+        LAYOUTS["RMSNorm"],
+    ),
+    C.Converter(
         "transformers ImageGPTLayerNorm and its copies (an RMSNorm op by op in x's dtype)",
         "RMSNorm(convention='eager')",
         C.computes_as(((f"{C.T}.imagegpt.modeling_imagegpt", "ImageGPTLayerNorm"),), ("weight", "eps")),
@@ -370,6 +391,11 @@ NEAR_MISSES: C.NearMisses = (
       ("diffusers.models.latent_upscaler.latent_upscaler_kandinsky6_sr", "Kandinsky6SRLatentUpscalerRMSNorm")),
      "it is F.normalize over the channels (x / max(||x||, 1e-12)) rounded to x's dtype, then "
      "`* sqrt(C) * gamma` in that dtype; jln's RMSNorm divides by the root mean square with eps inside"),
+    (((f"{C.T}.hy_v4.modeling_hy_v4", "HYV4UnweightedRMSNorm"),
+      (f"{C.T}.hy_v4_vl.modeling_hy_v4_vl", "HYV4VLUnweightedRMSNorm")),
+     "it returns only the statistic, rsqrt(mean(f(x)^2) + eps) cast to x's dtype, of shape [..., 1], not a "
+     "normalized x: no jln module returns the inverse RMS alone. Compute it with "
+     "jax.lax.rsqrt(jnp.mean(jnp.square(x.astype(jnp.float32)), -1, keepdims=True) + eps).astype(x.dtype)"),
     (((f"{C.T}.zaya.modeling_zaya", "ZayaQKNorm"),),
      "it L2-normalizes both q and k to sqrt(head_dim) with a clamp and scales k per head: two inputs"),
     (((f"{C.T}.gradium_phonon_tts.modeling_gradium_phonon_tts", "GradiumPhononTTSTimestepNorm"),),

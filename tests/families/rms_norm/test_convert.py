@@ -73,3 +73,54 @@ def test_num_features_none_needs_a_module_without_parameters() -> None:
         jnnx.RMSNorm(None)
     with pytest.raises(ValueError, match="num_features"):
         jnnx.LayerNorm(None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("w_dtype", "x_dtype"), [("float32", "float32"), ("float32", "bfloat16"),
+                                                  ("bfloat16", "bfloat16")])
+def test_xlstm_rms_norm_is_llamas(w_dtype: str, x_dtype: str) -> None:
+    from transformers.models.xlstm.modeling_xlstm import xLSTMRMSNorm
+
+    wd, xd = getattr(torch, w_dtype), getattr(torch, x_dtype)
+    m = xLSTMRMSNorm(D)
+    with torch.no_grad():
+        m.weight.copy_(torch.randn(D, generator=torch.Generator().manual_seed(1)))
+    m = m.to(wd).eval()
+    x = torch.randn((2, 5, D), generator=torch.Generator().manual_seed(0)).to(xd)
+    with torch.no_grad():
+        want = m(x)
+    lin, variables = from_torch(m)
+    assert lin.convention == "llama"
+    for got in (lin.apply(variables, _jax(x)), from_torch(m, api="nnx")(_jax(x))):
+        assert_same((got,), (want,), xd)
+    for changes, says in (({"force_float32_reductions": False}, "op by op"), ({"use_bias": True}, "bias")):
+        with pytest.raises(ValueError, match=says):
+            from_torch(xLSTMRMSNorm(D, **changes))
+
+
+def _bare(cls: type) -> Any:
+    m = cls.__new__(cls)
+    torch.nn.Module.__init__(m)
+    return m
+
+
+@pytest.mark.parametrize(("module", "name", "says"), [
+    ("dory.modeling_dory", "DoryL2Norm", "eps on the sum"),
+    ("hy_v4.modeling_hy_v4", "HYV4UnweightedRMSNorm", "returns only the statistic"),
+    ("hy_v4_vl.modeling_hy_v4_vl", "HYV4VLUnweightedRMSNorm", "returns only the statistic"),
+    ("pocket_tts.modeling_pocket_tts", "PocketTTSFlowLayerNorm", "not correctly rounded"),
+    ("gradium_phonon_tts.modeling_gradium_phonon_tts", "GradiumPhononTTSFlowLayerNorm", "not correctly rounded"),
+])
+def test_refused_with_the_reason(module: str, name: str, says: str) -> None:
+    import importlib
+
+    cls = getattr(importlib.import_module(f"transformers.models.{module}"), name)
+    with pytest.raises(TypeError, match="cannot reproduce it") as e:
+        from_torch(_bare(cls))
+    assert says in str(e.value)
+
+
+def test_qwen4exp_grouped_rms_norm_is_refused_with_the_reason() -> None:
+    from transformers.models.qwen4_exp.modeling_qwen4_exp import Qwen4ExpTextRMSNorm
+
+    with pytest.raises(ValueError, match="per group"):
+        from_torch(Qwen4ExpTextRMSNorm(D, group_size=16))
