@@ -48,7 +48,12 @@ from jln._modules import (
     silu,
     zeros,
 )
-from jln.families.adaptive.function import adaptive_layer_norm, adaptive_rms_norm, resolve_order, torch_broadcast
+from jln.families.adaptive.function import (
+    adaptive_layer_norm,
+    adaptive_rms_norm,
+    resolve_order,
+    torch_broadcast,
+)
 
 Array = jax.Array
 
