@@ -149,11 +149,22 @@ def _docstring(text: str, indent: str = "    ") -> str:
 
 
 def _call_params(kind: M.Kind) -> tuple[list[str], str]:
-    """The ``__call__`` parameters (after ``self``) and the call dict's source."""
-    params = [f"{n}: jax.Array" for n in kind.inputs]
+    """The ``__call__`` parameters (after ``self``) and the call dict's source; an aliased input
+    is optional, its torch keyword keyword-only after the call options."""
+    aliased = dict(kind.input_aliases)
+    params = [f"{n}: jax.Array | None = None" if n in aliased else f"{n}: jax.Array" for n in kind.inputs]
     params += [f"{n}: {a} = {_default(d)}" for n, d, a in kind.call_options]
+    if aliased:
+        params += ["*", *(f"{a}: jax.Array | None = None" for a in aliased.values())]
     call = "{" + ", ".join(f'"{n}": {n}' for n, _, _ in kind.call_options) + "}"
     return params, call
+
+
+def _aliased(kind: M.Kind) -> str:
+    """The ``aliased=`` argument of the forward call (``""`` for a kind without aliases)."""
+    if not kind.input_aliases:
+        return ""
+    return ", aliased={" + ", ".join(f'"{a}": {a}' for _, a in kind.input_aliases) + "}"
 
 
 def _call_doc(kind: M.Kind) -> str:
@@ -184,8 +195,8 @@ def linen_class(kind: M.Kind, kinds_module: str) -> str:
         fields.append(f"    {f.name}: {f.type}{default}\n")
     params, call = _call_params(kind)
     if kind.dropout:
-        params += ["*", "deterministic: bool = True"]
-    forward = f"_linen.forward(self, {_inputs(kind)}, {call}" + (", deterministic)" if kind.dropout else ")")
+        params += ([] if "*" in params else ["*"]) + ["deterministic: bool = True"]
+    forward = f"_linen.forward(self, {_inputs(kind)}, {call}" + (", deterministic" if kind.dropout else "") + _aliased(kind) + ")"
     return (
         f"class {kind.name}(_linen.Module):\n" + _docstring(kind.docstring("linen")) + "\n"
         f"    _kind: ClassVar[Kind] = {kinds_module}\n\n" + "".join(fields) + "\n"
@@ -223,7 +234,7 @@ def nnx_class(kind: M.Kind, kinds_module: str) -> str:
         f"    _kind: ClassVar[Kind] = {kinds_module}\n\n" + "".join(attrs) + "\n"
         + _signature("__init__", init, "None") + _INIT_DOC + build + "\n"
         + _signature("__call__", params, kind.output) + _call_doc(kind)
-        + f"        return _nnx.forward(self, {_inputs(kind)}, {call})\n"
+        + f"        return _nnx.forward(self, {_inputs(kind)}, {call}{_aliased(kind)})\n"
     )
 
 

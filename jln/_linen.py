@@ -77,13 +77,16 @@ def _sow(module: nn.Module, stats: Any) -> None:
         module.sow("intermediates", "stats", stats)
 
 
-def forward(module: Module, inputs: tuple[Any, ...], call: dict[str, Any], deterministic: bool = True) -> Any:
+def forward(module: Module, inputs: tuple[Any, ...], call: dict[str, Any], deterministic: bool = True,
+            aliased: Mapping[str, Any] | None = None) -> Any:
     """The body of every linen ``__call__`` (inside ``nn.compact``): infer the sizes from the
-    inputs, create the parameters, run the kind's ``apply``."""
+    inputs, create the parameters, run the kind's ``apply``. ``aliased``: the inputs given by
+    their torch keyword (:attr:`jln._modules.Kind.input_aliases`)."""
     kind, cfg = module._kind, module.cfg
     fn = f"jln.linen.{kind.name}"
+    inputs = M.aliased_inputs(kind, inputs, aliased, fn)
     M.check_features_option(kind, cfg, inputs, fn)
-    shapes = [s.infer(cfg, inputs[s.input], kind.inputs[s.input], fn) for s in kind.shapes]
+    shapes = _sizes(module, kind, cfg, inputs, fn)
     params = _create(module, kind.specs(cfg, *shapes), cfg.param_dtype)
     call = dict(call)
     if kind.dropout:
@@ -94,6 +97,89 @@ def forward(module: Module, inputs: tuple[Any, ...], call: dict[str, Any], deter
     out, stats = kind.apply(params, *inputs, cfg, **call)
     _sow(module, stats)
     return out
+
+
+def _flat_shapes(tree: Mapping[str, Any], prefix: str = "") -> dict[str, tuple[int, ...]]:
+    """A parameter tree (arrays, or specs) as ``{"linear/kernel": shape, ...}``."""
+    out: dict[str, tuple[int, ...]] = {}
+    for name, v in tree.items():
+        if isinstance(v, Mapping):
+            out.update(_flat_shapes(v, f"{prefix}{name}/"))
+        else:
+            out[prefix + name] = tuple(v.shape)
+    return out
+
+
+def _flat_arrays(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, v in tree.items():
+        if isinstance(v, Mapping):
+            out.update(_flat_arrays(v, f"{prefix}{name}/"))
+        else:
+            out[prefix + name] = v
+    return out
+
+
+def _sizes(module: Module, kind: M.Kind, cfg: Any, inputs: tuple[Any, ...], fn: str) -> list[Any]:
+    """The sizes of the parameters this call uses: inferred from the inputs, held against the
+    parameters the module already has (``apply``). Where they disagree, a size whose NNX check
+    accepts the input at the stored size (an input that broadcasts, as torch's) keeps the
+    stored one; any other disagreement is a ``ValueError`` naming the input, its shape and the
+    parameter's, before flax's own shape error."""
+    shapes = [s.infer(cfg, inputs[s.input], kind.inputs[s.input], fn) for s in kind.shapes]
+    if not kind.shapes or module.is_initializing():
+        return shapes
+    arrays = _flat_arrays(module.variables.get("params", {}))
+    if not arrays:
+        return shapes
+    have = {k: tuple(v.shape) for k, v in arrays.items()}
+
+    def misfits(sizes: list[Any]) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
+        want = _flat_shapes(kind.specs(cfg, *sizes))
+        return [(k, have[k], w) for k, w in want.items() if k in have and have[k] != w]
+
+    if not misfits(shapes):
+        return shapes
+    fitted = list(shapes)
+    for i, s in enumerate(kind.shapes):
+        stored = s.stored(cfg, arrays)
+        if stored == shapes[i]:
+            continue
+        x = inputs[s.input]
+        accepted = False
+        if s.check is not None:
+            try:
+                s.check(cfg, x, stored, fn)
+                accepted = True
+            except ValueError:
+                accepted = False
+        if not accepted:
+            fixed = {k for k, _, _ in misfits([*shapes[:i], stored, *shapes[i + 1:]])}
+            bad = misfits(shapes)
+            path, got, want = next((m for m in bad if m[0] not in fixed), bad[0])
+            raise ValueError(
+                f"{fn}: `{kind.inputs[s.input]}` does not fit the module's parameters: they were created for "
+                f"{s.name}={_show(stored)} (`{path}` has shape {got}), but "
+                f"{kind.inputs[s.input]}.shape={tuple(x.shape)} gives {s.name}={_show(shapes[i])} "
+                f"(`{path}` would be {want}). Pass a {kind.inputs[s.input]} whose {s.name} is {_show(stored)}, or "
+                f"initialise the module (init) on this input."
+            )
+        fitted[i] = stored
+    left = misfits(fitted)
+    if left:
+        path, got, want = left[0]
+        shown = ", ".join(f"{n}.shape={tuple(a.shape)}" for n, a in zip(kind.inputs, inputs, strict=False)
+                          if hasattr(a, "shape"))
+        raise ValueError(
+            f"{fn}: the inputs ({shown}) do not fit the module's parameters: `{path}` has shape {got}, "
+            f"these inputs need {want}. Pass inputs of the sizes the module was initialised on, or "
+            f"initialise it (init) on these."
+        )
+    return fitted
+
+
+def _show(size: Any) -> Any:
+    return size[0] if isinstance(size, tuple) and len(size) == 1 else size
 
 
 def _forward_stateful(

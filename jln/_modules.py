@@ -350,6 +350,16 @@ NUM_FEATURES = Shape(
     "num_features", "int | tuple[int, ...]", "shape of ``x`` at ``axis`` (LayerNorm: at ``param_axes`` when set; an int for one axis).", 0,
     _validate.num_features_shape, infer_features, check_features, stored_features, "tuple[int, ...]",
 )
+#: :data:`NUM_FEATURES` that NNX also takes as ``None`` for a module without parameters (a
+#: weightless norm, whose width nothing needs: diffusers' ``RMSNorm(0, eps, False)`` in Mochi)
+NUM_FEATURES_OR_NONE = dataclasses.replace(
+    NUM_FEATURES, type="int | tuple[int, ...] | None",
+    doc=NUM_FEATURES.doc.removesuffix(".") + "; ``None`` (NNX) for a module without parameters (``use_scale=False``, "
+        "no bias), which then takes any width.",
+    take=lambda v, fn: None if v is None else _validate.num_features_shape(v, fn),
+    check=lambda cfg, x, n, fn: _validate.check_floating(x, fn) if n is None else check_features(cfg, x, n, fn),
+    held="tuple[int, ...] | None",
+)
 
 
 def cond_features(input_name: str, kernel: str, input: int = 1) -> Shape:
@@ -419,6 +429,9 @@ class Kind:
     shapes: tuple[Shape, ...] = ()
     positional: int = 0
     call_options: tuple[tuple[str, Any, str], ...] = ()  # (name, default, annotation), after the inputs
+    #: ``(input, keyword)``: a trailing input also taken by a keyword-only name of its torch
+    #: class's ``forward`` (CogVideoX calls its final norm as ``norm(x, temb=temb)``)
+    input_aliases: tuple[tuple[str, str], ...] = ()
     #: the annotation of what ``__call__`` returns
     output: str = "jax.Array"
     #: the axis of ``x`` whose size is the ``features`` option, for kinds that have both (the
@@ -501,6 +514,25 @@ LINEN_IMPORTS = ">>> import jax, jax.numpy as jnp\n  >>> from jln import linen a
 NNX_IMPORTS = ">>> import jax.numpy as jnp\n  >>> from flax import nnx\n  >>> from jln import nnx as jnnx\n"
 NORM_RNGS = "the key of an initializer other than ones and zeros; otherwise unused."
 DENSE_RNGS = "``nnx.Rngs`` for the Dense kernel init."
+
+
+def aliased_inputs(kind: Kind, inputs: tuple[Any, ...], aliased: Mapping[str, Any] | None, fn: str) -> tuple[Any, ...]:
+    """``inputs`` with each input of ``kind.input_aliases`` taken from its keyword when the call
+    gave it that way; ``TypeError`` when an input comes both ways or not at all."""
+    if not kind.input_aliases:
+        return inputs
+    out = list(inputs)
+    given = aliased or {}
+    for name, alias in kind.input_aliases:
+        i = kind.inputs.index(name)
+        by_alias = given.get(alias)
+        if out[i] is not None and by_alias is not None:
+            raise TypeError(f"{fn}: pass `{name}` once: positionally (or as {name}=...) or as {alias}=...; received both.")
+        if out[i] is None:
+            if by_alias is None:
+                raise TypeError(f"{fn}: missing the input `{name}` (also taken as {alias}=..., torch's keyword).")
+            out[i] = by_alias
+    return tuple(out)
 
 
 def unknown_keywords(kind: Kind, kwargs: Mapping[str, Any], api: str, sizes: tuple[str, ...] = ()) -> None:

@@ -125,6 +125,10 @@ def build(module: Module, sizes: tuple[Any, ...], options: dict[str, Any], rngs:
         shapes.append(s.take(size, fn))
         setattr(module, s.name, shapes[-1])
     specs = kind.specs(cfg, *shapes)
+    if specs and any(size is None for size in shapes):
+        unset = [s.name for s, size in zip(kind.shapes, shapes, strict=True) if size is None]
+        raise ValueError(f"{fn}: {', '.join(f'{n}=None' for n in unset)} is for a module without parameters; these "
+                         f"options create {sorted(specs)}, whose shape it gives: pass the size.")
     undeclared = set(specs) - set(_declared(type(module)))
     if undeclared:  # the face is generated from the kind: regenerate it (python -m jln._faces)
         raise AssertionError(f"{fn}: the kind creates {sorted(undeclared)}, which the class does not declare")
@@ -151,11 +155,13 @@ def _sow(module: nnx.Module, stats: Any) -> None:
         module.sow(nnx.Intermediate, "stats", stats)
 
 
-def forward(module: Module, inputs: tuple[Any, ...], call: dict[str, Any]) -> Any:
+def forward(module: Module, inputs: tuple[Any, ...], call: dict[str, Any],
+            aliased: Mapping[str, Any] | None = None) -> Any:
     """The body of every NNX ``__call__``: check the inputs against the sizes given at
     construction, run the kind's ``apply`` (updating the running statistics in training
-    mode)."""
+    mode). ``aliased``: the inputs given by their torch keyword."""
     kind, cfg = module._kind, module.cfg
+    inputs = M.aliased_inputs(kind, inputs, aliased, f"jln.nnx.{kind.name}")
     call = dict(call)
     M.check_features_option(kind, cfg, inputs, f"jln.nnx.{kind.name}")
     for s in kind.shapes:

@@ -496,3 +496,19 @@ def test_a_norm_with_other_code_is_not_taken_for_llamas() -> None:
     assert type(from_torch(cohere)[0]).__name__ == "LayerNorm"
     # and a class named like a supported one keeps being recognised by its name
     assert "any transformers class whose code is LlamaRMSNorm's" in " ".join(supported_modules())
+
+
+def test_linen_shape_errors_are_jlns_not_flaxs() -> None:
+    """A converted linen module applied to an input of the wrong width: jln's ValueError, naming
+    the input's shape and the size the parameters were created for (not flax's
+    ScopeParamShapeError)."""
+    ln, v = from_torch(torch.nn.LayerNorm(D))
+    with pytest.raises(ValueError, match=r"x\.shape=\(2, 5, 16\).*num_features=16|num_features=32.*x\.shape=\(2, 5, 16\)"):
+        ln.apply(v, jnp.zeros((2, 5, 16)))
+    ada, v = from_torch(_diffusers("AdaLayerNormContinuous")(D, COND))
+    with pytest.raises(ValueError, match=r"cond_features=16 .*cond\.shape=\(2, 7\)"):
+        ada.apply(v, jnp.zeros((2, 5, D)), jnp.zeros((2, 7)))
+    rms, v = from_torch(torch.nn.RMSNorm(D))
+    with pytest.raises(ValueError, match="jln.linen.RMSNorm") as e:
+        rms.apply(v, jnp.zeros((3, 8)))
+    assert "ScopeParamShapeError" not in repr(e.value)

@@ -243,8 +243,6 @@ def test_variant_gradients(case_id: str) -> None:
 
 @pytest.mark.parametrize(("make", "message"), [
     (_t("qwen4_exp.modeling_qwen4_exp", "Qwen4ExpTextRMSNorm", D, group_size=8), "statistics are per group of 8"),
-    (lambda: _hf(f"{_T}.muse_spark.modeling_muse_spark", "MuseSparkTextCenteredRMSNorm")(D).to(BF16),
-     r"computes `1 \+ weight` in the weight's dtype \(torch.bfloat16\)"),
     (_t("nemotron.modeling_nemotron", "NemotronLayerNorm1P", D, elementwise_affine=False), "it has no weight"),
 ])
 def test_variants_jln_cannot_reproduce_are_refused(make: Any, message: str) -> None:
@@ -252,10 +250,14 @@ def test_variants_jln_cannot_reproduce_are_refused(make: Any, message: str) -> N
         from_torch(make())
 
 
-def test_a_weightless_norm_without_its_width_has_no_nnx_face() -> None:
+def test_a_weightless_norm_without_its_width_works_on_nnx() -> None:
+    """No parameters, so nothing needs the width: the NNX module takes num_features=None."""
     m = _hf(f"{_T}.llama4.modeling_llama4", "Llama4TextL2Norm")()
-    with pytest.raises(ValueError, match="does not record the width"):
-        from_torch(m, api="nnx")
+    mod = from_torch(m, api="nnx")
+    x = torch.randn((2, 5, D), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = m(x)
+    np.testing.assert_allclose(np.asarray(mod(jnp.asarray(x.numpy()))), want.numpy(), rtol=0, atol=1e-6)
 
 
 def test_variants_are_listed() -> None:
@@ -266,12 +268,17 @@ def test_variants_are_listed() -> None:
 
 @pytest.mark.parametrize(("path", "name", "args", "message"), [
     ("pocket_tts.modeling_pocket_tts", "PocketTTSFlowLayerNorm", (D,), "rsqrt is not correctly rounded"),
-    ("esm.modeling_esmfold", "EsmFoldLayerNorm", (D,), "casts its weight and bias to bfloat16"),
+    ("hy_v4.modeling_hy_v4", "HYV4UnweightedRMSNorm", (), "returns only the statistic"),
 ])
 def test_refusals_say_what_differs_from_the_nearest_family(path: str, name: str, args: Any, message: str) -> None:
     with pytest.raises(TypeError, match=f"no converter for .*{name}. jln recognises its computation but cannot "
                                         f"reproduce it: .*{message}"):
         from_torch(_hf(f"{_T}.{path}", name)(*args))
+
+
+def test_esmfold_layer_norm_with_float32_weights_says_why() -> None:
+    with pytest.raises(ValueError, match="casts them to bfloat16 for bfloat16 input only"):
+        from_torch(_hf(f"{_T}.esm.modeling_esmfold", "EsmFoldLayerNorm")(D))
 
 
 def test_an_unknown_norm_gets_the_nearest_families() -> None:

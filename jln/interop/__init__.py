@@ -57,14 +57,26 @@ def _build(spec: Any, api: str) -> Any:
         return getattr(linen_ns, spec.cls)(**spec.linen_sizes, **spec.options)
     from flax import nnx
 
-    if None in spec.nnx_sizes:
+    cls = getattr(nnx_ns, spec.nnx_cls or spec.cls)
+    kind = getattr(cls, "_kind", None)
+    takes_none = kind is not None and all(
+        s.take is None or _takes_none(s) for s, v in zip(kind.shapes, spec.nnx_sizes, strict=False) if v is None)
+    if None in spec.nnx_sizes and not takes_none:
         raise ValueError(
             f"jln.interop.from_torch: this torch module has no parameters and does not record the width "
             f"it normalizes, which jln.nnx.{spec.cls} takes first; use api='linen' (it infers the width "
             f"from x), or build jln.nnx.{spec.cls}(num_features, **{spec.options!r}) yourself."
         )
-    cls = getattr(nnx_ns, spec.nnx_cls or spec.cls)
     return cls(*spec.nnx_sizes, **spec.options, rngs=nnx.Rngs(0))
+
+
+def _takes_none(shape: Any) -> bool:
+    """Whether an NNX size argument may be ``None`` (a module without parameters)."""
+    try:
+        shape.take(None, "")
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _flat(tree: Mapping[str, Any]) -> dict[str, Any]:

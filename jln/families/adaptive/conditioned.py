@@ -58,17 +58,13 @@ from jln.families.adaptive.function import (
     adaptive_rms_norm,
     modulate,
     resolve_order,
+    torch_broadcast,
 )
 from jln.families.batch_norm.function import group_norm
 from jln.families.layer_norm.function import layer_norm
 from jln.families.rms_norm.function import rms_norm
 
 Array = jax.Array
-
-
-def _token_axis(g: Array) -> Array:
-    """``g[:, None, :]``: a per-example chunk with a token axis."""
-    return g.reshape(g.shape[:-1] + (1,) + g.shape[-1:])
 
 
 # --------------------------------------------------------------------------- AdaGroupNorm
@@ -305,16 +301,16 @@ def apply_ada_rms(params: Params, x: Array, cond: Array, cfg: Any) -> tuple[tupl
     fn = "jln AdaRMSNorm"
     _validate.check_floating(x, fn)
     _validate.check_floating(cond, fn, "cond")
-    if cond.ndim != 2:
-        raise ValueError(f"{fn}: `cond` must be [B, cond_features] (torch takes dense(cond)[:, None, :]); "
-                         f"received cond.shape={tuple(cond.shape)}.")
     dt = compute_dtype(cfg.dtype, cond)  # the Dense runs in the condition's dtype
     xi = cast_in(x, cfg.dtype)
     h = dense(params["dense"], cond.astype(dt), dt, fn, "cond")
-    y, ch = adaptive_rms_norm(xi, h, order="pi05", eps=cfg.eps, convention="diffusers", modulation="float32",
-                              impl=cfg.impl)
+    # torch: dense(cond)[:, None, :], broadcast against x whatever the ranks
+    xb, hb, hx = torch_broadcast(xi, h, fn)
+    y, _ = adaptive_rms_norm(xb, hb, order="pi05", eps=cfg.eps, convention="diffusers", modulation="float32",
+                             impl=cfg.impl)
     y = cast_out(y, cfg.dtype)
-    return (y, _token_axis(ch["gate"]).astype(y.dtype)), record(cfg.monitor, xi, y, -1, fn)
+    gate = jnp.split(hx, 3, axis=-1)[2]
+    return (y, gate.astype(y.dtype)), record(cfg.monitor, xb, y, -1, fn)
 
 
 ADA_RMS_NORM = Kind(
@@ -325,9 +321,10 @@ ADA_RMS_NORM = Kind(
         "``y = f32(x) * rsqrt(mean(f32(x)^2) + eps) * (1 + f32(scale)) + f32(shift)`` in float32, rounded "
         "once to ``x.dtype`` (:func:`jln.adaptive_rms_norm` with ``modulation=\"float32\"``).",
     returns="(``__call__(x, cond)``): ``(y, gate)``: ``y`` like ``x``, ``gate [B, 1, d]``, both in "
-            "``x.dtype`` (or ``dtype``).",
-    raises="TypeError, ValueError: non-floating inputs, a ``cond`` that is not ``[B, cond_features]``, "
-           "mismatched sizes.",
+            "``x.dtype`` (or ``dtype``); ``dense(cond)[:, None, :]`` meets ``x`` under torch's broadcasting "
+            "whatever the ranks (``cond [B, L', c]``: ``y [B, B, L, d]``, ``gate [B, 1, L', d]``, as torch).",
+    raises="TypeError, ValueError: non-floating inputs, a ``cond`` without a batch axis, shapes torch "
+           "cannot broadcast, mismatched sizes.",
     examples=(LINEN_IMPORTS + "  >>> m = jnn.AdaRMSNorm(features=8)\n  >>> x, c = jnp.ones((2, 5, 8)), jnp.ones((2, 4))\n"
               "  >>> [o.shape for o in m.apply(m.init(jax.random.key(0), x, c), x, c)]\n  [(2, 5, 8), (2, 1, 8)]",
               NNX_IMPORTS + "  >>> y, gate = jnnx.AdaRMSNorm(4, 8, rngs=nnx.Rngs(0))(jnp.ones((2, 5, 8)), jnp.ones((2, 4)))\n"

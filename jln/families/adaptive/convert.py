@@ -248,7 +248,8 @@ def _conv_scale(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
     if lin2 is not None:
         p["linear_2"] = C.linear(lin2, fn, "linear_2.")
     opts = dict(eps=eps, elementwise_affine=affine, use_bias=use_bias, norm_type=norm_type,
-                out_features=None if lin2 is None else int(lin2.out_features), param_dtype=C.param_dtype(p))
+                out_features=None if lin2 is None else int(lin2.out_features), broadcast="torch",
+                param_dtype=C.param_dtype(p))
     return C.Spec("AdaLNScale", {"features": d}, (int(lin1.in_features), d), opts), p
 
 

@@ -104,6 +104,30 @@ def split_condition(emb: Array, order: ChunkOrder = "seed") -> dict[str, Array]:
     return dict(zip(names, jnp.split(emb, k, axis=-1), strict=True))
 
 
+def torch_broadcast(x: Array, h: Array, fn: str) -> tuple[Array, Array, Array]:
+    """``(x, h, h[:, None])`` with ``x`` and ``h[:, None]`` broadcast to the leading shape torch
+    gives ``x`` against ``h[:, None]`` (diffusers' and transformers' ``scale[:, None, :]`` and
+    ``unsqueeze(1)``), each keeping its last axis. A norm is per row, so normalizing the
+    broadcast ``x`` and modulating it by the broadcast ``h`` gives torch's every element, whatever
+    the ranks (``h [B, L', k]`` against ``x [B, L, d]``: ``[B, B, L, ...]``, as torch)."""
+    h = jnp.asarray(h)
+    if h.ndim < 2:
+        raise ValueError(
+            f"{fn}: the condition must have a batch axis ([B, c], or more axes, broadcast as torch does); "
+            f"received one projected to shape {tuple(h.shape)}, which torch's `[:, None, :]` does not take."
+        )
+    hx = jnp.expand_dims(h, 1)
+    try:
+        lead = jnp.broadcast_shapes(tuple(x.shape[:-1]), tuple(hx.shape[:-1]))
+    except ValueError:
+        raise ValueError(
+            f"{fn}: torch cannot broadcast x.shape={tuple(x.shape)} against the condition's chunks "
+            f"`[:, None]`, of shape {tuple(hx.shape[:-1])} + (d,); neither does jln."
+        ) from None
+    return (jnp.broadcast_to(x, tuple(lead) + tuple(x.shape[-1:])),
+            jnp.broadcast_to(hx, tuple(lead) + tuple(hx.shape[-1:])), hx)
+
+
 def expand_condition(c: Any, x_shape: tuple[int, ...], name: str, fn: str) -> Array:
     """Broadcast a per-example condition over the token axes of ``x``.
 

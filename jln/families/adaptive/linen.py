@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from typing import ClassVar, Literal
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, ClassVar, Literal
 
 import flax.linen as nn
 import jax
@@ -232,7 +232,8 @@ class AdaLNContinuous(_linen.Module):
       activation: the activation applied to ``cond`` before ``linear``: ``"silu"`` (diffusers),
         ``None`` (CogView4's final norm) or another of ``jln._modules.COND_ACTIVATIONS``.
 
-    Returns (``__call__(x, cond)``): array like ``x``, dtype ``x.dtype`` (or ``dtype``).
+    Returns (``__call__(x, cond)``, ``cond`` also as ``temb=``, diffusers' keyword): array like
+    ``x``, dtype ``x.dtype`` (or ``dtype``).
 
     Raises:
       TypeError, ValueError: as :class:`AdaptiveLayerNorm`; an unknown ``norm_type``.
@@ -268,13 +269,19 @@ class AdaLNContinuous(_linen.Module):
     activation: Literal["silu", "swish", "mish", "gelu", "relu", "sigmoid"] | None = "silu"
 
     @nn.compact
-    def __call__(self, x: jax.Array, cond: jax.Array) -> jax.Array:
-        """The module on its inputs.
+    def __call__(
+        self,
+        x: jax.Array,
+        cond: jax.Array | None = None,
+        *,
+        temb: jax.Array | None = None,
+    ) -> jax.Array:
+        """The module on its inputs (``cond`` also as ``temb=``, diffusers' keyword).
 
         Returns:
           array like ``x``, dtype ``x.dtype`` (or ``dtype``).
         """
-        return _linen.forward(self, (x, cond), {})
+        return _linen.forward(self, (x, cond), {}, aliased={"temb": temb})
 
 
 class AdaLNZeroJoint(_linen.Module):
@@ -384,6 +391,10 @@ class AdaLNScale(_linen.Module):
         (Mochi: float32 norm and modulation, one rounding).
       out_features: with a size, a Dense ``linear_2`` (``features -> out_features``) after the
         modulation (Lumina's ``out_dim``).
+      broadcast: ``"tokens"``: a ``[B, c]`` condition scales every token of ``x [B, ..., d]``;
+        ``"torch"``: as diffusers' ``(1 + scale)[:, None]`` under torch's broadcasting, whatever the
+        ranks (a 3-D ``cond [B, L', c]`` against ``x [B, L, d]`` gives ``[B, B, L, d]``, as torch):
+        what ``jln.interop.from_torch`` builds.
       dtype: ``None``: output in ``x.dtype`` (Dense layers run in the main input's dtype); else
         compute in and return this dtype.
       param_dtype: dtype of the parameters (float32).
@@ -426,6 +437,7 @@ class AdaLNScale(_linen.Module):
     use_bias: bool = True
     norm_type: Literal["layer_norm", "rms_norm", "fp32_rms_norm"] = "layer_norm"
     out_features: int | None = None
+    broadcast: Literal["tokens", "torch"] = "tokens"
     dtype: DTypeLike | None = None
     param_dtype: DTypeLike = jnp.float32
     impl: Impl = "auto"
@@ -470,9 +482,11 @@ class AdaLNSingle(_linen.Module):
       bias_init: initializer of every Dense bias; ``None``: torch's.
       num_chunks: modulation chunks ``linear`` produces (PixArt: 6; LTX-2's ``num_mod_params``).
 
-    Returns (``__call__(timestep, resolution=None, aspect_ratio=None, hidden_dtype=None)``, torch's
-    arguments): ``([B, num_chunks * features], [B, features])`` in ``hidden_dtype`` (default
-    ``dtype``, else float32).
+    Returns (``__call__(timestep, added_cond_kwargs=None, batch_size=None, hidden_dtype=None)``,
+    diffusers' arguments): ``([B, num_chunks * features], [B, features])`` in ``hidden_dtype`` (a
+    JAX or a torch dtype; default ``dtype``, else float32). ``added_cond_kwargs`` holds
+    ``resolution`` ``[B, 2]`` and ``aspect_ratio`` ``[B, 1]`` (with ``use_additional_conditions``;
+    also taken as keywords of their own).
 
     Raises:
       ValueError: a ``timestep`` that is not 1-D, missing or misshapen size conditions, ``features``
@@ -503,17 +517,21 @@ class AdaLNSingle(_linen.Module):
     def __call__(
         self,
         timestep: jax.Array,
+        added_cond_kwargs: Mapping[str, Any] | None = None,
+        batch_size: int | None = None,
+        hidden_dtype: Any = None,
         resolution: jax.Array | None = None,
         aspect_ratio: jax.Array | None = None,
-        hidden_dtype: DTypeLike | None = None,
     ) -> tuple[jax.Array, jax.Array]:
-        """The module on its inputs (torch's arguments).
+        """The module on its inputs (diffusers' arguments).
 
         Returns:
-          ``([B, num_chunks * features], [B, features])`` in ``hidden_dtype`` (default ``dtype``, else
-          float32).
+          ``([B, num_chunks * features], [B, features])`` in ``hidden_dtype`` (a JAX or a torch dtype;
+          default ``dtype``, else float32). ``added_cond_kwargs`` holds ``resolution`` ``[B, 2]`` and
+          ``aspect_ratio`` ``[B, 1]`` (with ``use_additional_conditions``; also taken as keywords of
+          their own).
         """
-        return _linen.forward(self, (timestep,), {"resolution": resolution, "aspect_ratio": aspect_ratio, "hidden_dtype": hidden_dtype})
+        return _linen.forward(self, (timestep,), {"added_cond_kwargs": added_cond_kwargs, "batch_size": batch_size, "hidden_dtype": hidden_dtype, "resolution": resolution, "aspect_ratio": aspect_ratio})
 
 
 class AdaGroupNorm(_linen.Module):
@@ -719,11 +737,12 @@ class AdaRMSNorm(_linen.Module):
       bias_init: initializer of every Dense bias; ``None``: torch's.
 
     Returns (``__call__(x, cond)``): ``(y, gate)``: ``y`` like ``x``, ``gate [B, 1, d]``, both in
-    ``x.dtype`` (or ``dtype``).
+    ``x.dtype`` (or ``dtype``); ``dense(cond)[:, None, :]`` meets ``x`` under torch's broadcasting
+    whatever the ranks (``cond [B, L', c]``: ``y [B, B, L, d]``, ``gate [B, 1, L', d]``, as torch).
 
     Raises:
-      TypeError, ValueError: non-floating inputs, a ``cond`` that is not ``[B, cond_features]``,
-        mismatched sizes.
+      TypeError, ValueError: non-floating inputs, a ``cond`` without a batch axis, shapes torch
+        cannot broadcast, mismatched sizes.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -751,7 +770,9 @@ class AdaRMSNorm(_linen.Module):
         """The module on its inputs.
 
         Returns:
-          ``(y, gate)``: ``y`` like ``x``, ``gate [B, 1, d]``, both in ``x.dtype`` (or ``dtype``).
+          ``(y, gate)``: ``y`` like ``x``, ``gate [B, 1, d]``, both in ``x.dtype`` (or ``dtype``);
+          ``dense(cond)[:, None, :]`` meets ``x`` under torch's broadcasting whatever the ranks (``cond
+          [B, L', c]``: ``y [B, B, L, d]``, ``gate [B, 1, L', d]``, as torch).
         """
         return _linen.forward(self, (x, cond), {})
 

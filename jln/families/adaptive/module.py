@@ -5,6 +5,7 @@ the SD3/Flux ``AdaLNContinuous``, and the diffusers variants ``AdaLNZeroJoint``,
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -47,7 +48,12 @@ from jln._modules import (
     silu,
     zeros,
 )
-from jln.families.adaptive.function import adaptive_layer_norm, adaptive_rms_norm, resolve_order
+from jln.families.adaptive.function import (
+    adaptive_layer_norm,
+    adaptive_rms_norm,
+    resolve_order,
+    torch_broadcast,
+)
 
 Array = jax.Array
 
@@ -343,13 +349,14 @@ ADA_LN_CONTINUOUS = Kind(
         "SiLU, an ``order`` of one chunk gives ``norm(x) + shift`` or ``norm(x) * (1 + scale)``); ``norm(x) * (1 + scale) + shift``, "
         "``norm`` a LayerNorm (``jln.adaptive_layer_norm``) or diffusers' RMSNorm "
         "(``jln.rms_norm(convention=\"diffusers\")`` then ``jln.modulate``).",
-    returns="(``__call__(x, cond)``): " + MODULATED,
+    returns="(``__call__(x, cond)``, ``cond`` also as ``temb=``, diffusers' keyword): " + MODULATED,
     raises="TypeError, ValueError: as :class:`AdaptiveLayerNorm`; an unknown ``norm_type``.",
     examples=(LINEN_IMPORTS + "  >>> m = jnn.AdaLNContinuous(features=8)\n  >>> x, c = jnp.ones((2, 5, 8)), "
               "jnp.ones((2, 4))\n  >>> m.apply(m.init(jax.random.key(0), x, c), x, c).shape\n  (2, 5, 8)",
               NNX_IMPORTS + "  >>> jnnx.AdaLNContinuous(4, 8, rngs=nnx.Rngs(0))(jnp.ones((2, 5, 8)), "
               "jnp.ones((2, 4))).shape\n  (2, 5, 8)"),
     rngs_doc=DENSE_RNGS, shapes=(cond_features("cond", "linear/kernel"),), positional=1,
+    input_aliases=(("cond", "temb"),),
 )
 
 
@@ -474,6 +481,12 @@ ADA_LN_ZERO_JOINT = Kind(
 # --------------------------------------------------------------------------- AdaLNScale
 
 
+#: how :class:`AdaLNScale`'s scale meets ``x``: over the token axes (a ``[B, c]`` condition
+#: broadcast as ``[B, 1, ..., d]``), or as diffusers writes it, ``(1 + scale)[:, None]`` under
+#: torch's broadcasting
+SCALE_BROADCASTS = ("tokens", "torch")
+
+
 def _check_scale(cfg: Any) -> None:
     fn = "jln AdaLNScale"
     _validate.check_inits(cfg, fn, ("scale_init", "bias_init", "linear_kernel_init", "linear_bias_init"))
@@ -481,6 +494,7 @@ def _check_scale(cfg: Any) -> None:
     if cfg.out_features is not None:
         object.__setattr__(cfg, "out_features", _validate.check_positive(cfg.out_features, "out_features", fn))
     _validate.check_choice(cfg.norm_type, "norm_type", ZERO_NORM_TYPES, fn)
+    _validate.check_choice(cfg.broadcast, "broadcast", SCALE_BROADCASTS, fn)
     if cfg.norm_type == "fp32_rms_norm" and cfg.elementwise_affine:
         raise ValueError(
             f"{fn}: norm_type='fp32_rms_norm' (Mochi's modulated RMSNorm) has no weight; build it "
@@ -499,6 +513,10 @@ AdaLNScaleConfig = make_config(
             "``\"fp32_rms_norm\"`` (Mochi: float32 norm and modulation, one rounding)."),
      Option("out_features", "int | None", None, "with a size, a Dense ``linear_2`` (``features -> "
             "out_features``) after the modulation (Lumina's ``out_dim``)."),
+     Option("broadcast", literal(SCALE_BROADCASTS), "tokens", "``\"tokens\"``: a ``[B, c]`` condition scales "
+            "every token of ``x [B, ..., d]``; ``\"torch\"``: as diffusers' ``(1 + scale)[:, None]`` under "
+            "torch's broadcasting, whatever the ranks (a 3-D ``cond [B, L', c]`` against ``x [B, L, d]`` "
+            "gives ``[B, B, L, d]``, as torch): what ``jln.interop.from_torch`` builds."),
      *COMPUTE, *ADAPTIVE_DISTRIBUTED,
      SCALE_INIT.but(doc="the norm's ``scale`` initializer (with ``elementwise_affine``); ``None``: ones."),
      BIAS_INIT.but(doc="the norm's ``bias`` initializer; ``None``: zeros."),
@@ -527,6 +545,8 @@ def apply_scale(params: Params, x: Array, cond: Array, cfg: Any) -> tuple[Array,
     dt = compute_dtype(cfg.dtype, x)  # diffusers casts SiLU(cond) to x's dtype
     xi = cast_in(x, cfg.dtype)
     h = dense(params["linear_1"], silu(cond).astype(dt), dt, fn, "cond")
+    if cfg.broadcast == "torch":
+        xi, h, _ = torch_broadcast(xi, h, fn)
     y, _ = modulated_norm(xi, h, cfg, params.get("norm", {}), order="scale_only", norm_type=cfg.norm_type)
     if "linear_2" in params:
         y = dense(params["linear_2"], y, y.dtype, fn, "the modulated x")
@@ -618,18 +638,49 @@ def _mlp(p: Params, v: Array, dt: Any, fn: str) -> Array:
     return dense(p["linear_2"], silu(dense(p["linear_1"], v, dt, fn)), dt, fn)
 
 
+def as_dtype(value: Any, name: str, fn: str) -> jnp.dtype | None:
+    """A JAX/NumPy dtype, or a torch dtype (``torch.bfloat16``) as the same JAX dtype; ``None``
+    stays ``None``."""
+    if value is None:
+        return None
+    if type(value).__module__ == "torch":  # a torch.dtype: "torch.bfloat16"
+        value = str(value).removeprefix("torch.")
+    try:
+        return jnp.dtype(value)
+    except TypeError:
+        raise TypeError(f"{fn}: `{name}` must be a dtype (JAX's, NumPy's or torch's) or None; received "
+                        f"{value!r}.") from None
+
+
 def apply_single(
-    params: Params, timestep: Array, cfg: Any, resolution: Array | None = None, aspect_ratio: Array | None = None,
-    hidden_dtype: Any = None,
+    params: Params, timestep: Array, cfg: Any, added_cond_kwargs: Mapping[str, Any] | None = None,
+    batch_size: int | None = None, hidden_dtype: Any = None, resolution: Array | None = None,
+    aspect_ratio: Array | None = None,
 ) -> tuple[tuple[Array, Array], Stats]:
     """PixArt's adaLN-single: ``cond = MLP(sinusoid(t))`` (+ the size embeddings);
-    returns ``(linear(SiLU(cond)), cond)``."""
+    returns ``(linear(SiLU(cond)), cond)``. Called as diffusers' ``forward(timestep,
+    added_cond_kwargs=None, batch_size=None, hidden_dtype=None)``; ``resolution`` and
+    ``aspect_ratio`` may also come as keywords of their own."""
     fn = "jln AdaLNSingle"
+    if added_cond_kwargs is not None and not isinstance(added_cond_kwargs, Mapping):
+        raise TypeError(f"{fn}: `added_cond_kwargs` (the second argument, as diffusers') must be a dict "
+                        f"{{'resolution': ..., 'aspect_ratio': ...}} or None; received a "
+                        f"{type(added_cond_kwargs).__name__}. Pass resolution= and aspect_ratio= by keyword.")
+    if added_cond_kwargs:
+        unknown = sorted(set(added_cond_kwargs) - {"resolution", "aspect_ratio"})
+        if unknown:
+            raise TypeError(f"{fn}: `added_cond_kwargs` takes 'resolution' and 'aspect_ratio' (diffusers'); "
+                            f"received {unknown}.")
+        if (resolution is not None and "resolution" in added_cond_kwargs) or (
+                aspect_ratio is not None and "aspect_ratio" in added_cond_kwargs):
+            raise TypeError(f"{fn}: pass the size conditions once, in `added_cond_kwargs` or as keywords.")
+        resolution = added_cond_kwargs.get("resolution", resolution)
+        aspect_ratio = added_cond_kwargs.get("aspect_ratio", aspect_ratio)
     t = jnp.asarray(timestep)
     if t.ndim != 1:
         raise ValueError(f"{fn}: `timestep` must be 1-D [B] (one per example); received shape {tuple(t.shape)}.")
     # diffusers casts the float32 sinusoid to `hidden_dtype` (None: kept float32)
-    dt = jnp.dtype(hidden_dtype or cfg.dtype or jnp.float32)
+    dt = jnp.dtype(as_dtype(hidden_dtype, "hidden_dtype", fn) or cfg.dtype or jnp.float32)
     e = params["emb"]
     cond = _mlp(e["timestep_embedder"], timestep_embedding(t).astype(dt), dt, fn)
     if cfg.use_additional_conditions:
@@ -637,7 +688,7 @@ def apply_single(
             raise ValueError(f"{fn}: use_additional_conditions=True needs `resolution` [B, 2] and "
                              f"`aspect_ratio` [B, 1]; received resolution={resolution!r}, "
                              f"aspect_ratio={aspect_ratio!r}.")
-        b = t.shape[0]
+        b = t.shape[0] if batch_size is None else _validate.check_positive(batch_size, "batch_size", fn)
         sizes = [
             _mlp(e[name], timestep_embedding(jnp.asarray(v).reshape(-1)).astype(dt), dt, fn).reshape(b, -1)
             for name, v in (("resolution_embedder", resolution), ("aspect_ratio_embedder", aspect_ratio))
@@ -646,6 +697,9 @@ def apply_single(
         if extra.shape[1] != cond.shape[1]:
             raise ValueError(f"{fn}: `resolution` and `aspect_ratio` must hold 2 and 1 values per example; "
                              f"received shapes {jnp.shape(resolution)} and {jnp.shape(aspect_ratio)}.")
+        if cond.shape[0] not in (1, extra.shape[0]):
+            raise ValueError(f"{fn}: {cond.shape[0]} timesteps do not broadcast against the size conditions of "
+                             f"batch_size={b}.")
         cond = (cond + extra.astype(cond.dtype)).astype(cond.dtype)
     out = dense(params["linear"], silu(cond), cond.dtype, fn)
     return (out, cond), None
@@ -659,9 +713,10 @@ ADA_LN_SINGLE = Kind(
         "in float32, cast to ``hidden_dtype``), plus the resolution and aspect-ratio embeddings with "
         "``use_additional_conditions``; returns ``(linear(SiLU(cond)), cond)``, the ``[B, 6d]`` "
         "modulation and the embedded timestep.",
-    returns="(``__call__(timestep, resolution=None, aspect_ratio=None, hidden_dtype=None)``, torch's "
-            "arguments): ``([B, num_chunks * features], [B, features])`` in ``hidden_dtype`` (default ``dtype``, "
-            "else float32).",
+    returns="(``__call__(timestep, added_cond_kwargs=None, batch_size=None, hidden_dtype=None)``, diffusers' "
+            "arguments): ``([B, num_chunks * features], [B, features])`` in ``hidden_dtype`` (a JAX or a torch "
+            "dtype; default ``dtype``, else float32). ``added_cond_kwargs`` holds ``resolution`` ``[B, 2]`` and "
+            "``aspect_ratio`` ``[B, 1]`` (with ``use_additional_conditions``; also taken as keywords of their own).",
     raises="ValueError: a ``timestep`` that is not 1-D, missing or misshapen size conditions, "
            "``features`` not a multiple of 3 with ``use_additional_conditions``.",
     examples=(LINEN_IMPORTS + "  >>> m = jnn.AdaLNSingle(features=8)\n  >>> t = jnp.array([1.0, 500.0])\n  >>> "
@@ -669,6 +724,8 @@ ADA_LN_SINGLE = Kind(
               NNX_IMPORTS + "  >>> m = jnnx.AdaLNSingle(8, rngs=nnx.Rngs(0))\n  >>> [o.shape for o in "
               "m(jnp.array([1.0, 500.0]))]\n  [(2, 48), (2, 8)]"),
     rngs_doc="``nnx.Rngs`` for the Dense kernel init.",
-    call_options=(("resolution", None, "jax.Array | None"), ("aspect_ratio", None, "jax.Array | None"), ("hidden_dtype", None, "DTypeLike | None")),
+    call_options=(("added_cond_kwargs", None, "Mapping[str, Any] | None"), ("batch_size", None, "int | None"),
+                  ("hidden_dtype", None, "Any"), ("resolution", None, "jax.Array | None"),
+                  ("aspect_ratio", None, "jax.Array | None")),
     positional=1,
 )

@@ -26,6 +26,27 @@ def _conv_layer_norm(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
     return C.Spec("LayerNorm", {}, (C.features_of(shape),), opts), p
 
 
+def _conv_esmfold(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    """transformers ``EsmFoldLayerNorm``: ``F.layer_norm`` with its weight and bias cast to
+    bfloat16 for bfloat16 input, as they are otherwise. With bfloat16 parameters the cast does
+    nothing (and torch takes only bfloat16 input with them), so it is torch's LayerNorm; with
+    any other parameter dtype its numbers depend on the input's dtype, which no jln option does."""
+    shape = (int(m.c_in[0]),)
+    dtypes = {str(t.dtype) for t in (m.weight, m.bias)}
+    if dtypes != {"torch.bfloat16"}:
+        raise C.unsupported(
+            m, fn,
+            f"its parameters are {', '.join(sorted(dtypes))}: it casts them to bfloat16 for bfloat16 input only, so "
+            f"its numbers depend on the input's dtype (float32 input: the parameters as they are; bfloat16 input: "
+            f"rounded to bfloat16 first), which no jln LayerNorm option does",
+            "Cast the module to bfloat16 (module.bfloat16()) to convert it exactly (it is then torch's LayerNorm), "
+            "or convert a torch.nn.LayerNorm holding the weights for float32 use.",
+        )
+    p = C.affine(m, fn)
+    opts = dict(eps=float(m.eps), axis=-1, use_scale=True, use_bias=True, param_dtype=C.param_dtype(p))
+    return C.Spec("LayerNorm", {}, (shape[0],), opts), p
+
+
 def _ln_channels(first: Callable[[Any], bool]) -> Callable[[Any, str], tuple[C.Spec, C.Params]]:
     """torch LayerNorm parameters; ``axis=1`` when ``first(m)`` (the channels of NC... input)."""
 
@@ -245,6 +266,13 @@ CONVERTERS: tuple[C.Converter, ...] = (
         LAYOUTS["LayerNorm"],
     ),
     C.Converter(
+        "transformers EsmFoldLayerNorm (bfloat16 parameters) and its copies",
+        "LayerNorm",
+        C.computes_as(((f"{C.T}.esm.modeling_esmfold", "EsmFoldLayerNorm"),), ("c_in", "eps", "weight", "bias")),
+        _conv_esmfold,
+        LAYOUTS["LayerNorm"],
+    ),
+    C.Converter(
         "transformers OlmoLayerNorm (no parameters, eps 1e-5, float32) and its copies",
         "LayerNorm(use_scale=False, use_bias=False)",
         C.computes_as(((f"{C.T}.olmo.modeling_olmo", "OlmoLayerNorm"),), ("normalized_shape",)),
@@ -326,9 +354,6 @@ NEAR_MISSES: C.NearMisses = (
      "element's position in the vector, ~1 in 8 differ), so no rounding rule reproduces it. Its float32 "
      "numbers are LayerNorm(convention='torch')'s; jln's nearest bfloat16 flow is convention='eager' "
      "(sqrt and a division)"),
-    (((f"{C.T}.esm.modeling_esmfold", "EsmFoldLayerNorm"),),
-     "for bfloat16 input it first casts its weight and bias to bfloat16, so its numbers depend on the "
-     "input's dtype, which a converted module does not know"),
     (((f"{C.T}.mobilebert.modeling_mobilebert", "NoNorm"),),
      "it normalizes nothing (`x * weight + bias`, an elementwise affine); the nearest jln family, "
      "LayerNorm, subtracts the mean and divides by the standard deviation first. Write `x * weight + bias` "

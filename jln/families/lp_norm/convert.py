@@ -15,15 +15,23 @@ def _sd_grn(p: C.Params) -> dict[str, Any]:
     return {n: jnp.asarray(p[n]).reshape((1, 1, 1, -1)) for n in ("gamma", "beta")}
 
 
-def _conv_grn(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
-    """diffusers ``GlobalResponseNorm`` (normalization.py and Stable Cascade's): ``gamma`` and
-    ``beta`` of shape ``[1, 1, 1, C]``."""
-    g, b = m.gamma, m.beta
-    if g.ndim != 4 or tuple(g.shape[:3]) != (1, 1, 1) or tuple(b.shape) != tuple(g.shape):
-        raise C.unsupported(m, fn, f"gamma has shape {tuple(g.shape)} and beta {tuple(b.shape)}, expected "
-                           f"(1, 1, 1, C) both", "")
-    p = {"gamma": C.to_jax(g, "gamma", fn).reshape(-1), "beta": C.to_jax(b, "beta", fn).reshape(-1)}
-    return C.Spec("GlobalResponseNorm", {}, (int(g.shape[-1]),), dict(param_dtype=C.param_dtype(p))), p
+def _grn(gamma: str, beta: str) -> Any:
+    """A GRN whose ``[1, 1, 1, C]`` parameters are ``m.<gamma>`` and ``m.<beta>`` (diffusers'
+    ``gamma``/``beta``, ConvNeXt-V2's ``weight``/``bias``), with torch's broadcasting against
+    them (``broadcast_rank=4``: a 3-D input gives a 4-D output, a channel axis of 1 broadcasts)."""
+
+    def convert(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+        g, b = getattr(m, gamma), getattr(m, beta)
+        if g.ndim != 4 or tuple(g.shape[:3]) != (1, 1, 1) or tuple(b.shape) != tuple(g.shape):
+            raise C.unsupported(m, fn, f"{gamma} has shape {tuple(g.shape)} and {beta} {tuple(b.shape)}, "
+                               f"expected (1, 1, 1, C) both", "")
+        p = {"gamma": C.to_jax(g, gamma, fn).reshape(-1), "beta": C.to_jax(b, beta, fn).reshape(-1)}
+        opts: dict[str, Any] = dict(param_dtype=C.param_dtype(p), broadcast_rank=4)
+        if (gamma, beta) != ("gamma", "beta"):
+            opts["torch_names"] = (("beta", beta), ("gamma", gamma))
+        return C.Spec("GlobalResponseNorm", {}, (int(g.shape[-1]),), opts), p
+
+    return convert
 
 
 def _conv_lp(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
@@ -44,7 +52,14 @@ CONVERTERS: tuple[C.Converter, ...] = (
         "diffusers GlobalResponseNorm (normalization and Stable Cascade)",
         "GlobalResponseNorm",
         C.named(("GlobalResponseNorm",), ("gamma", "beta"), package="diffusers"),
-        _conv_grn,
+        _grn("gamma", "beta"),
+        LAYOUTS["GlobalResponseNorm"],
+    ),
+    C.Converter(
+        "transformers ConvNextV2GRN and its copies (diffusers' GlobalResponseNorm with weight and bias)",
+        "GlobalResponseNorm(torch_names=...)",
+        C.computes_as(((f"{C.T}.convnextv2.modeling_convnextv2", "ConvNextV2GRN"),), ("weight", "bias")),
+        _grn("weight", "bias"),
         LAYOUTS["GlobalResponseNorm"],
     ),
     C.Converter(

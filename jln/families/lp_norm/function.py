@@ -151,22 +151,29 @@ def global_response_norm(
         )
     eps_f = _validate.check_eps(eps, fn)
     _, _, g, b = _validate.norm_layout(fn, x, gamma, beta, -1)
-    dt = x.dtype
     with jax.named_scope(fn):
-        x32 = _stats.upcast(x)
-        gx = _rounded_norm(x, 2.0, axes)
-        mean = _stats.round_to(jnp.mean(gx, axis=-1, keepdims=True), dt)
-        # + eps rounds to x's dtype (a Python float does not promote), then the quotient
-        nx = _stats.round_to(gx / _stats.round_to(mean + eps_f, dt), dt)
-        y = _stats.round_to(x32 * nx, dt)
-        out = jnp.dtype(dt)
-        term = None
-        if g is not None:
-            out = _stats.promote(out, g.dtype)
-            term = _stats.round_to(g.astype(y.dtype) * y, out)
-        if b is not None:
-            out = _stats.promote(out, b.dtype)
-            bb = b.astype(y.dtype)
-            term = bb if term is None else _stats.round_to(term + bb, out)
-        y = x32 if term is None else _stats.round_to(term + x32, out)
-        return y.astype(out)
+        return grn_body(x, g, b, axes, eps_f)
+
+
+def grn_body(x: Array, g: Array | None, b: Array | None, axes: tuple[int, ...], eps_f: float) -> Array:
+    """:func:`global_response_norm`'s computation, its arguments checked: ``G`` over ``axes``
+    (which may hold the last axis, as torch's ``dim=(1, 2)`` on a 3-D input), the parameters
+    broadcast against ``x`` as jnp (and torch) broadcast."""
+    dt = x.dtype
+    x32 = _stats.upcast(x)
+    gx = _rounded_norm(x, 2.0, axes)
+    mean = _stats.round_to(jnp.mean(gx, axis=-1, keepdims=True), dt)
+    # + eps rounds to x's dtype (a Python float does not promote), then the quotient
+    nx = _stats.round_to(gx / _stats.round_to(mean + eps_f, dt), dt)
+    y = _stats.round_to(x32 * nx, dt)
+    out = jnp.dtype(dt)
+    term = None
+    if g is not None:
+        out = _stats.promote(out, g.dtype)
+        term = _stats.round_to(g.astype(y.dtype) * y, out)
+    if b is not None:
+        out = _stats.promote(out, b.dtype)
+        bb = b.astype(y.dtype)
+        term = bb if term is None else _stats.round_to(term + bb, out)
+    y = x32 if term is None else _stats.round_to(term + x32, out)
+    return y.astype(out)

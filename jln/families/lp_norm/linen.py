@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from jln import _linen
-from jln._modules import Initializer, Kind
+from jln._modules import Initializer, Kind, TorchNames
 from jln._platform import Impl
 from jln._validate import Axis
 from jln.families.lp_norm import module as kinds
@@ -36,6 +36,16 @@ class GlobalResponseNorm(_linen.Module):
         into ``"intermediates"``, NNX as an ``nnx.Intermediate``, both named ``"stats"``.
       gamma_init: initializer of ``gamma``; ``None``: zeros (the identity).
       beta_init: initializer of ``beta``; ``None``: zeros.
+      broadcast_rank: ``None``: ``x``'s shape, its last axis the channels. An int ``r``: broadcast
+        as torch does with parameters kept as ``[1, ..., 1, C]`` of rank ``r`` (diffusers' and
+        ConvNeXt-V2's ``[1, 1, 1, C]``: 4): an ``x`` of lower rank gains leading axes of 1 (a 3-D
+        ``[N, L, C]``, whose ``spatial_axes`` (1, 2) then hold the channels too, gives ``[1, N, L,
+        C]``) and a channel axis of 1 broadcasts to ``C``.
+      torch_names: the torch ``state_dict`` names of a class that holds this norm's tensors under
+        other names: a mapping from torch's default name to the class's (``{"weight": "norm.weight",
+        "bias": "norm.bias"}``, ``{"weight": "gamma"}``; a name with ``{}``, ``"norms.{}.weight"``,
+        splits the tensor along its first axis, one per index: StableLM's per-head norms), used by
+        ``jln.interop.to_torch_state_dict``; ``None``: torch's names. Numbers are unaffected.
 
     Returns (``__call__(x)``): array like ``x``; dtype ``x.dtype`` promoted with the parameters' (or
     ``dtype``).
@@ -63,6 +73,8 @@ class GlobalResponseNorm(_linen.Module):
     monitor: bool = False
     gamma_init: Initializer | None = None
     beta_init: Initializer | None = None
+    broadcast_rank: int | None = None
+    torch_names: TorchNames | None = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:

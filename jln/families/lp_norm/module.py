@@ -19,6 +19,7 @@ from jln._modules import (
     NNX_IMPORTS,
     NORM_RNGS,
     PARAM_DTYPE,
+    TORCH_NAMES,
     Kind,
     Option,
     Params,
@@ -30,7 +31,7 @@ from jln._modules import (
     record,
     zeros,
 )
-from jln.families.lp_norm.function import _check_p, global_response_norm, lp_normalize
+from jln.families.lp_norm.function import _check_p, global_response_norm, grn_body, lp_normalize
 
 Array = jax.Array
 
@@ -41,11 +42,21 @@ _GRN_SPATIAL = Option("spatial_axes", "Axis", (1, 2), "the axes the response nor
                       "(torch's ``dim=(1, 2)`` for ``[N, H, W, C]``); channels are the last axis.")
 
 
+_GRN_BROADCAST = Option("broadcast_rank", "int | None", None, "``None``: ``x``'s shape, its last axis the "
+                        "channels. An int ``r``: broadcast as torch does with parameters kept as ``[1, ..., 1, C]`` "
+                        "of rank ``r`` (diffusers' and ConvNeXt-V2's ``[1, 1, 1, C]``: 4): an ``x`` of lower rank "
+                        "gains leading axes of 1 (a 3-D ``[N, L, C]``, whose ``spatial_axes`` (1, 2) then hold the "
+                        "channels too, gives ``[1, N, L, C]``) and a channel axis of 1 broadcasts to ``C``.")
+
+
 def _check_grn(cfg: Any) -> None:
     fn = "jln GlobalResponseNorm"
     if isinstance(cfg.spatial_axes, list):
         object.__setattr__(cfg, "spatial_axes", tuple(cfg.spatial_axes))
+    if cfg.broadcast_rank is not None:
+        object.__setattr__(cfg, "broadcast_rank", _validate.check_positive(cfg.broadcast_rank, "broadcast_rank", fn))
     _validate.check_eps(cfg.eps, fn)
+    _validate.check_torch_names(cfg, fn)
     _validate.check_inits(cfg, fn, ("gamma_init", "beta_init"))
     _validate.check_module_options(cfg, fn)
 
@@ -55,7 +66,8 @@ GlobalResponseNormConfig = make_config(
     (_GRN_SPATIAL, EPS.but(default=1e-6, doc="added to the channel mean of the response norm (1e-6)."),
      *COMPUTE,
      Option("gamma_init", "Initializer | None", None, "initializer of ``gamma``; ``None``: zeros (the identity)."),
-     Option("beta_init", "Initializer | None", None, "initializer of ``beta``; ``None``: zeros.")),
+     Option("beta_init", "Initializer | None", None, "initializer of ``beta``; ``None``: zeros."),
+     _GRN_BROADCAST, TORCH_NAMES),
     _check_grn,
 )
 
@@ -68,16 +80,35 @@ def grn_specs(cfg: Any, num_features: int) -> dict[str, Any]:
 def apply_grn(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
     fn = "jln GlobalResponseNorm"
     xi = cast_in(x, cfg.dtype)
-    y = global_response_norm(xi, params["gamma"], params["beta"], spatial_axes=cfg.spatial_axes, eps=cfg.eps)
+    if cfg.broadcast_rank is None:
+        y = global_response_norm(xi, params["gamma"], params["beta"], spatial_axes=cfg.spatial_axes, eps=cfg.eps)
+    else:
+        y = _torch_broadcast(xi, params["gamma"], params["beta"], cfg, fn)
     y = cast_out(y, cfg.dtype)
     return y, record(cfg.monitor, xi, y, cfg.spatial_axes, fn)
 
 
+def _torch_broadcast(x: Array, gamma: Array, beta: Array, cfg: Any, fn: str) -> Array:
+    """torch's ``gamma * (x * N) + beta + x`` with ``[1, ..., 1, C]`` parameters of rank
+    ``cfg.broadcast_rank``: the norm over ``spatial_axes`` of ``x`` as it is (they may hold its
+    last axis), the result broadcast against the parameters."""
+    _validate.check_floating(x, fn)
+    axes = _validate.normalize_axes(cfg.spatial_axes, x.ndim, fn, "spatial_axes")
+    _check_channels(cfg, x, int(gamma.shape[-1]), fn)
+    lead = (1,) * (x.ndim - 1)  # explicit rank: strict-rank safe
+    g, b = (jnp.asarray(v).reshape(lead + (-1,)) for v in (gamma, beta))
+    y = grn_body(x, g, b, axes, _validate.check_eps(cfg.eps, fn))
+    rank = max(y.ndim, cfg.broadcast_rank)
+    return y.reshape((1,) * (rank - y.ndim) + tuple(y.shape))
+
+
 def _check_channels(cfg: Any, x: Array, n: int, fn: str) -> None:
     _validate.check_floating(x, fn)
-    if x.ndim == 0 or x.shape[-1] != n:
+    broadcasts = cfg.broadcast_rank is not None and x.ndim > 0 and x.shape[-1] == 1
+    if (x.ndim == 0 or x.shape[-1] != n) and not broadcasts:
+        ones = " (or 1, which broadcasts as torch's)" if cfg.broadcast_rank is not None else ""
         raise ValueError(
-            f"{fn}: the module was built for {n} channels (x's last axis); received "
+            f"{fn}: the module was built for {n} channels (x's last axis{ones}); received "
             f"x.shape={tuple(x.shape)}."
         )
 

@@ -12,7 +12,7 @@ from flax import nnx
 from jax.typing import DTypeLike
 
 from jln import _nnx
-from jln._modules import Initializer, Kind
+from jln._modules import Initializer, Kind, TorchNames
 from jln._platform import Impl
 from jln._validate import Axis
 from jln.families.lp_norm import module as kinds
@@ -39,6 +39,16 @@ class GlobalResponseNorm(_nnx.Module):
         into ``"intermediates"``, NNX as an ``nnx.Intermediate``, both named ``"stats"``.
       gamma_init: initializer of ``gamma``; ``None``: zeros (the identity).
       beta_init: initializer of ``beta``; ``None``: zeros.
+      broadcast_rank: ``None``: ``x``'s shape, its last axis the channels. An int ``r``: broadcast
+        as torch does with parameters kept as ``[1, ..., 1, C]`` of rank ``r`` (diffusers' and
+        ConvNeXt-V2's ``[1, 1, 1, C]``: 4): an ``x`` of lower rank gains leading axes of 1 (a 3-D
+        ``[N, L, C]``, whose ``spatial_axes`` (1, 2) then hold the channels too, gives ``[1, N, L,
+        C]``) and a channel axis of 1 broadcasts to ``C``.
+      torch_names: the torch ``state_dict`` names of a class that holds this norm's tensors under
+        other names: a mapping from torch's default name to the class's (``{"weight": "norm.weight",
+        "bias": "norm.bias"}``, ``{"weight": "gamma"}``; a name with ``{}``, ``"norms.{}.weight"``,
+        splits the tensor along its first axis, one per index: StableLM's per-head norms), used by
+        ``jln.interop.to_torch_state_dict``; ``None``: torch's names. Numbers are unaffected.
       rngs: the key of an initializer other than ones and zeros; otherwise unused.
 
     Returns (``__call__(x)``): array like ``x``; dtype ``x.dtype`` promoted with the parameters' (or
@@ -69,6 +79,8 @@ class GlobalResponseNorm(_nnx.Module):
     monitor: bool
     gamma_init: Initializer | None
     beta_init: Initializer | None
+    broadcast_rank: int | None
+    torch_names: TorchNames | None
 
     def __init__(
         self,
@@ -82,6 +94,8 @@ class GlobalResponseNorm(_nnx.Module):
         monitor: bool = False,
         gamma_init: Initializer | None = None,
         beta_init: Initializer | None = None,
+        broadcast_rank: int | None = None,
+        torch_names: TorchNames | None = None,
         rngs: nnx.Rngs | None = None,
     ) -> None:
         """Build the module: the arguments are the Args of the class docstring."""
@@ -97,6 +111,8 @@ class GlobalResponseNorm(_nnx.Module):
                 monitor=monitor,
                 gamma_init=gamma_init,
                 beta_init=beta_init,
+                broadcast_rank=broadcast_rank,
+                torch_names=torch_names,
             ),
             rngs,
         )

@@ -41,6 +41,12 @@ def _hf_rms(convention: str, eps_attr: str) -> Callable[[Any, str], tuple[C.Spec
     return convert
 
 
+def _width(dim: int, p: C.Params) -> int | None:
+    """NNX's ``num_features`` of a diffusers RMSNorm: its ``dim``, ``None`` for a weightless one
+    built with ``dim=0`` (Mochi's ``RMSNorm(0, eps, False)``, whose width nothing records)."""
+    return dim if p or dim > 0 else None
+
+
 def _conv_diffusers_rms(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
     dim = tuple(int(s) for s in m.dim)
     if len(dim) != 1:
@@ -59,7 +65,7 @@ def _conv_diffusers_rms(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
         use_bias="bias" in p,
         param_dtype=C.param_dtype(p),
     )
-    return C.Spec("RMSNorm", {}, (dim[0],), opts), p
+    return C.Spec("RMSNorm", {}, (_width(dim[0], p),), opts), p
 
 
 def _conv_mochi_rms(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
@@ -70,7 +76,7 @@ def _conv_mochi_rms(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
         raise C.unsupported(m, fn, f"dim={dim}: MochiRMSNorm reduces over the last axis only", "Use a 1-D dim.")
     p = C.affine(m, fn)
     opts = dict(eps=float(m.eps), convention="torch", axis=-1, use_scale="scale" in p, param_dtype=C.param_dtype(p))
-    return C.Spec("RMSNorm", {}, (dim[0],), opts), p
+    return C.Spec("RMSNorm", {}, (_width(dim[0], p),), opts), p
 
 
 _LLAMA = ("LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm")
@@ -79,10 +85,11 @@ _LLAMA = ("LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm")
 _GEMMA = ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm")
 
 
-def _rms(convention: str, eps_attr: str, *, float_weight: bool = False) -> Callable[[Any, str], tuple[C.Spec, C.Params]]:
+def _rms(convention: str, eps_attr: str, *, rounded_offset: bool = False) -> Callable[[Any, str], tuple[C.Spec, C.Params]]:
     """An RMSNorm over the last axis in ``convention``, with its weight if it has one.
-    ``float_weight``: the class adds 1 to the weight in the weight's own dtype, which only the
-    gemma convention's float32 ``1 + w`` equals for a float32 (or float64) weight."""
+    ``rounded_offset``: the class adds 1 to the weight in the weight's own dtype before
+    upcasting: the gemma convention for a float32 (or float64) weight, ``"gemma_rounded"``
+    (which rounds ``1 + w`` to a half weight's dtype) for a half one."""
 
     def convert(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
         w = C.own_weight(m)
@@ -93,20 +100,28 @@ def _rms(convention: str, eps_attr: str, *, float_weight: bool = False) -> Calla
             return C.Spec("RMSNorm", {}, (size,), opts), {}
         if w.ndim != 1:
             raise C.unsupported(m, fn, f"its weight has shape {tuple(w.shape)}", "Use a 1-D weight.")
-        if float_weight and str(w.dtype) not in ("torch.float32", "torch.float64"):
-            raise C.unsupported(
-                m, fn,
-                f"it computes `1 + weight` in the weight's dtype ({w.dtype}) before upcasting, which "
-                f"rounds; jln's gemma convention forms `1 + weight` in float32 (the same numbers only "
-                f"for a float32 weight)",
-                "Keep this norm's weight in float32 (as its model's _keep_in_fp32_modules does), or "
-                "fold the rounded `1 + weight` into a convention='torch' RMSNorm's scale.",
-            )
+        conv = convention
+        if rounded_offset and str(w.dtype) not in ("torch.float32", "torch.float64"):
+            conv = "gemma_rounded"
         p = {"scale": C.to_jax(w, "weight", fn)}
-        opts = dict(eps=eps, convention=convention, axis=-1, use_scale=True, param_dtype=C.param_dtype(p))
+        opts = dict(eps=eps, convention=conv, axis=-1, use_scale=True, param_dtype=C.param_dtype(p))
         return C.Spec("RMSNorm", {}, (int(w.shape[0]),), opts), p
 
     return convert
+
+
+def _conv_xlstm(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    """transformers ``xLSTMRMSNorm``: with ``force_float32_reductions`` (its default) LLaMA's
+    computation (float32 statistics, cast to x's dtype, then ``* weight``); without a bias."""
+    if not m.force_float32_reductions:
+        raise C.unsupported(m, fn, "force_float32_reductions=False takes x * rsqrt(mean(x^2) + eps) op by op in "
+                            "x's dtype, which no jln convention rounds as (convention='eager' divides by the sqrt)",
+                            "Keep force_float32_reductions=True (xLSTM's default).")
+    if getattr(m, "bias", None) is not None:
+        raise C.unsupported(m, fn, "it has a bias, added after LLaMA's `w * h` in the promoted dtype; jln's llama "
+                            "convention has none (the diffusers convention adds one after other roundings)",
+                            "Build it with use_bias=False (xLSTM's default).")
+    return _rms("llama", "eps")(m, fn)
 
 
 def _buffer_size(m: Any) -> int | None:
@@ -121,7 +136,8 @@ def _conv_mochi(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
         raise C.unsupported(m, fn, f"dim={dim} has several axes but it reduces over the last axis only",
                              "Use a 1-D dim.")
     spec, p = _rms("torch", "eps")(m, fn)
-    return C.Spec("RMSNorm", {}, (dim[0],), spec.options), p
+    # a weightless RMSNorm(0, eps, False) (Mochi's) records no width: NNX takes num_features=None
+    return C.Spec("RMSNorm", {}, (_width(dim[0], p),), spec.options), p
 
 
 def _conv_cpmant(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
@@ -289,12 +305,19 @@ CONVERTERS: tuple[C.Converter, ...] = (
         LAYOUTS["RMSNorm"],
     ),
     C.Converter(
-        "transformers MuseSparkTextCenteredRMSNorm, diffusers Krea2RMSNorm (1 + weight in the weight's dtype; a "
-        "float32 weight) and their copies",
-        "RMSNorm(convention='gemma')",
+        "transformers MuseSparkTextCenteredRMSNorm, diffusers Krea2RMSNorm (1 + weight in the weight's dtype) "
+        "and their copies",
+        "RMSNorm(convention='gemma'; 'gemma_rounded' for a half weight)",
         C.computes_as(((f"{C.T}.muse_spark.modeling_muse_spark", "MuseSparkTextCenteredRMSNorm"),
                      ("diffusers.models.transformers.transformer_krea2", "Krea2RMSNorm")), ("weight", "eps")),
-        _rms("gemma", "eps", float_weight=True),
+        _rms("gemma", "eps", rounded_offset=True),
+        LAYOUTS["RMSNorm"],
+    ),
+    C.Converter(
+        "transformers xLSTMRMSNorm (force_float32_reductions, no bias) and its copies",
+        "RMSNorm(convention='llama')",
+        C.computes_as(((f"{C.T}.xlstm.modeling_xlstm", "xLSTMRMSNorm"),), ("eps", "force_float32_reductions")),
+        _conv_xlstm,
         LAYOUTS["RMSNorm"],
     ),
     C.Converter(
@@ -368,6 +391,11 @@ NEAR_MISSES: C.NearMisses = (
       ("diffusers.models.latent_upscaler.latent_upscaler_kandinsky6_sr", "Kandinsky6SRLatentUpscalerRMSNorm")),
      "it is F.normalize over the channels (x / max(||x||, 1e-12)) rounded to x's dtype, then "
      "`* sqrt(C) * gamma` in that dtype; jln's RMSNorm divides by the root mean square with eps inside"),
+    (((f"{C.T}.hy_v4.modeling_hy_v4", "HYV4UnweightedRMSNorm"),
+      (f"{C.T}.hy_v4_vl.modeling_hy_v4_vl", "HYV4VLUnweightedRMSNorm")),
+     "it returns only the statistic, rsqrt(mean(f(x)^2) + eps) cast to x's dtype, of shape [..., 1], not a "
+     "normalized x: no jln module returns the inverse RMS alone. Compute it with "
+     "jax.lax.rsqrt(jnp.mean(jnp.square(x.astype(jnp.float32)), -1, keepdims=True) + eps).astype(x.dtype)"),
     (((f"{C.T}.zaya.modeling_zaya", "ZayaQKNorm"),),
      "it L2-normalizes both q and k to sqrt(head_dim) with a clamp and scales k per head: two inputs"),
     (((f"{C.T}.gradium_phonon_tts.modeling_gradium_phonon_tts", "GradiumPhononTTSTimestepNorm"),),

@@ -30,7 +30,7 @@ def _rms(conv: str, **kw: Any) -> Op:
         params=("scale", "bias") if conv == "diffusers" else ("scale",),
         options={"convention": conv, **kw},
         exact=conv != "torch",
-        scale_center=0.0 if conv in ("gemma", "input_scaled") else 1.0,
+        scale_center=0.0 if conv in ("gemma", "input_scaled", "gemma_rounded") else 1.0,
     )
 
 
@@ -47,6 +47,7 @@ FAMILY = Family(
         _rms("eager", eps=1e-5),
         _rms("round_rstd", eps=1e-6),
         _rms("input_scaled", eps=1e-6),
+        _rms("gemma_rounded", eps=1e-6),
         Op("add_rms_norm[torch]", ADD_RMS_NORM, params=("scale",), extra=("residual",), options={"convention": "torch"}),
         Op("add_rms_norm[llama]", ADD_RMS_NORM, params=("scale",), extra=("residual",),
            options={"convention": "llama", "eps": 1e-6}, exact=True),

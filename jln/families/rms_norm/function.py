@@ -88,9 +88,13 @@ def rms_norm(
                         **before** the statistics, then ``"torch"`` without a weight:
                         MuseSpark's input-scaled RMSNorm (alias
                         ``"muse_spark_input"``); w starts at 0
+    ``"gemma_rounded"`` ``(f(x) * r * f(1 + w)).astype(dt)``, ``1 + w`` in w's dtype    1e-6
+                        (rounded there for a half w; float32 w: ``"gemma"``):
+                        MuseSpark's centered RMSNorm, Krea 2's (aliases
+                        ``"muse_spark_centered"``, ``"krea2"``); w starts at 0
     ==================  ==============================================================  ============
 
-    ``"eager"``, ``"round_rstd"`` and ``"input_scaled"`` run on the XLA path only
+    ``"eager"``, ``"round_rstd"``, ``"input_scaled"`` and ``"gemma_rounded"`` run on the XLA path only
     (``impl="pallas"``/``"native"`` raise ``ValueError`` for them).
 
     Args:
@@ -116,7 +120,7 @@ def rms_norm(
       TypeError: ``x`` or a parameter is not floating.
       ValueError: bad parameter shape, bad axis, negative eps, unknown convention, a bias
         outside the diffusers convention, or ``impl="pallas"``/``"native"`` with an XLA-only
-        convention (``"eager"``, ``"round_rstd"``, ``"input_scaled"``).
+        convention (``"eager"``, ``"round_rstd"``, ``"input_scaled"``, ``"gemma_rounded"``).
       NameError: ``axis_name`` is not bound (outside ``shard_map``/``pmap``).
 
     Example:

@@ -27,10 +27,11 @@ class RMSNorm(_linen.Module):
     Attributes:
       eps: ``None`` takes the convention's default (torch: ``finfo(float32).eps``).
       convention: ``"torch"``, ``"llama"``, ``"gemma"``, ``"t5"``, ``"diffusers"``, ``"seed"``,
-        ``"eager"``, ``"round_rstd"`` or ``"input_scaled"`` (cast order and eps default as
-        :func:`jln.rms_norm`); ``"input_scaled"`` also initialises ``scale`` to 0; ``"gemma"``
-        initialises ``scale`` to 0 (it multiplies by ``1 + scale``). With ``dtype=None`` the output
-        dtype is the convention's (``"llama"``: bf16 x with float32 scale gives float32).
+        ``"eager"``, ``"round_rstd"``, ``"input_scaled"`` or ``"gemma_rounded"`` (cast order and eps
+        default as :func:`jln.rms_norm`); ``"input_scaled"`` and ``"gemma_rounded"`` also initialise
+        ``scale`` to 0; ``"gemma"`` initialises ``scale`` to 0 (it multiplies by ``1 + scale``).
+        With ``dtype=None`` the output dtype is the convention's (``"llama"``: bf16 x with float32
+        scale gives float32).
       axis: axis or axes to normalize over; parameters have the shape of ``x`` there.
       use_scale: learnable ``scale``.
       use_bias: learnable ``bias`` (``convention="diffusers"`` only).
@@ -46,7 +47,7 @@ class RMSNorm(_linen.Module):
       axis_index_groups: with ``axis_name``, the device groups that each hold one row's blocks (as
         ``jax.lax.psum``).
       scale_init: as :class:`LayerNorm`'s; ``None``: the convention's identity (ones, zeros for
-        ``"gemma"`` and ``"input_scaled"``).
+        ``"gemma"``, ``"input_scaled"`` and ``"gemma_rounded"``).
       bias_init: initializer of the norm's ``bias``; ``None``: zeros.
       torch_names: the torch ``state_dict`` names of a class that holds this norm's tensors under
         other names: a mapping from torch's default name to the class's (``{"weight": "norm.weight",
@@ -72,7 +73,7 @@ class RMSNorm(_linen.Module):
     _kind: ClassVar[Kind] = kinds.RMS_NORM
 
     eps: float | None = None
-    convention: Literal["torch", "llama", "qwen2", "mistral", "gemma", "t5", "diffusers", "seed", "x-transformers", "eager", "imagegpt", "ltx2", "round_rstd", "deepseek_v4", "glm5_next", "input_scaled", "muse_spark_input"] = "torch"
+    convention: Literal["torch", "llama", "qwen2", "mistral", "gemma", "t5", "diffusers", "seed", "x-transformers", "eager", "imagegpt", "ltx2", "round_rstd", "deepseek_v4", "glm5_next", "input_scaled", "muse_spark_input", "gemma_rounded", "muse_spark_centered", "krea2"] = "torch"
     axis: Axis = -1
     use_scale: bool = True
     use_bias: bool = False

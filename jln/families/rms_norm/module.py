@@ -17,7 +17,7 @@ from jln._modules import (
     LINEN_IMPORTS,
     NNX_IMPORTS,
     NORM_RNGS,
-    NUM_FEATURES,
+    NUM_FEATURES_OR_NONE,
     SCALE_INIT,
     TORCH_NAMES,
     USE_BIAS,
@@ -66,15 +66,16 @@ RMSNormConfig = make_config(
     (EPS.but(type="float | None", default=None, doc="``None`` takes the convention's default (torch: "
              "``finfo(float32).eps``)."),
      Option("convention", literal(ALIASES), "torch", "``\"torch\"``, ``\"llama\"``, ``\"gemma\"``, ``\"t5\"``, "
-            "``\"diffusers\"``, ``\"seed\"``, ``\"eager\"``, ``\"round_rstd\"`` or ``\"input_scaled\"`` (cast "
-            "order and eps default as :func:`jln.rms_norm`); ``\"input_scaled\"`` also initialises ``scale`` to 0; "
+            "``\"diffusers\"``, ``\"seed\"``, ``\"eager\"``, ``\"round_rstd\"``, ``\"input_scaled\"`` or "
+            "``\"gemma_rounded\"`` (cast order and eps default as :func:`jln.rms_norm`); ``\"input_scaled\"`` and "
+            "``\"gemma_rounded\"`` also initialise ``scale`` to 0; "
             "``\"gemma\"`` initialises ``scale`` to 0 (it multiplies by ``1 + scale``). With "
             "``dtype=None`` the output dtype is the convention's (``\"llama\"``: bf16 x with float32 "
             "scale gives float32)."),
      AXIS, USE_SCALE.but(doc="learnable ``scale``."),
      USE_BIAS.but(default=False, doc="learnable ``bias`` (``convention=\"diffusers\"`` only)."), *COMPUTE,
      *DISTRIBUTED, SCALE_INIT.but(doc="as :class:`LayerNorm`'s; ``None``: the convention's identity (ones, "
-                                  "zeros for ``\"gemma\"`` and ``\"input_scaled\"``)."), BIAS_INIT, TORCH_NAMES),
+                                  "zeros for ``\"gemma\"``, ``\"input_scaled\"`` and ``\"gemma_rounded\"``)."), BIAS_INIT, TORCH_NAMES),
     _check_rms_norm, canonical=property(_canonical),
 )
 
@@ -82,7 +83,7 @@ RMSNormConfig = make_config(
 def rms_norm_specs(cfg: Any, features: tuple[int, ...]) -> dict[str, ParamSpec]:
     # Gemma multiplies by (1 + scale), so its identity weight is 0.
     return norm_affine_specs(features, use_scale=cfg.use_scale, use_bias=cfg.use_bias, scale_init=cfg.scale_init,
-                             bias_init=cfg.bias_init, default_scale=zeros if _canonical(cfg) in ("gemma", "input_scaled") else ones)
+                             bias_init=cfg.bias_init, default_scale=zeros if _canonical(cfg) in ("gemma", "input_scaled", "gemma_rounded") else ones)
 
 
 def apply_rms_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
@@ -102,5 +103,5 @@ RMS_NORM = Kind(
               "m.apply(m.init(jax.random.key(0), x), x).dtype\n  dtype('float32')",
               NNX_IMPORTS + "  >>> jnnx.RMSNorm(4, convention=\"gemma\").scale[...]\n  Array([0., 0., 0., 0.], "
               "dtype=float32)"),
-    rngs_doc=NORM_RNGS, shapes=(NUM_FEATURES,), flax_twin=True,
+    rngs_doc=NORM_RNGS, shapes=(NUM_FEATURES_OR_NONE,), flax_twin=True,
 )

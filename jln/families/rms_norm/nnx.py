@@ -28,13 +28,15 @@ class RMSNorm(_nnx.Module):
 
     Args:
       num_features: shape of ``x`` at ``axis`` (LayerNorm: at ``param_axes`` when set; an int for
-        one axis).
+        one axis); ``None`` (NNX) for a module without parameters (``use_scale=False``, no bias),
+        which then takes any width.
       eps: ``None`` takes the convention's default (torch: ``finfo(float32).eps``).
       convention: ``"torch"``, ``"llama"``, ``"gemma"``, ``"t5"``, ``"diffusers"``, ``"seed"``,
-        ``"eager"``, ``"round_rstd"`` or ``"input_scaled"`` (cast order and eps default as
-        :func:`jln.rms_norm`); ``"input_scaled"`` also initialises ``scale`` to 0; ``"gemma"``
-        initialises ``scale`` to 0 (it multiplies by ``1 + scale``). With ``dtype=None`` the output
-        dtype is the convention's (``"llama"``: bf16 x with float32 scale gives float32).
+        ``"eager"``, ``"round_rstd"``, ``"input_scaled"`` or ``"gemma_rounded"`` (cast order and eps
+        default as :func:`jln.rms_norm`); ``"input_scaled"`` and ``"gemma_rounded"`` also initialise
+        ``scale`` to 0; ``"gemma"`` initialises ``scale`` to 0 (it multiplies by ``1 + scale``).
+        With ``dtype=None`` the output dtype is the convention's (``"llama"``: bf16 x with float32
+        scale gives float32).
       axis: axis or axes to normalize over; parameters have the shape of ``x`` there.
       use_scale: learnable ``scale``.
       use_bias: learnable ``bias`` (``convention="diffusers"`` only).
@@ -50,7 +52,7 @@ class RMSNorm(_nnx.Module):
       axis_index_groups: with ``axis_name``, the device groups that each hold one row's blocks (as
         ``jax.lax.psum``).
       scale_init: as :class:`LayerNorm`'s; ``None``: the convention's identity (ones, zeros for
-        ``"gemma"`` and ``"input_scaled"``).
+        ``"gemma"``, ``"input_scaled"`` and ``"gemma_rounded"``).
       bias_init: initializer of the norm's ``bias``; ``None``: zeros.
       torch_names: the torch ``state_dict`` names of a class that holds this norm's tensors under
         other names: a mapping from torch's default name to the class's (``{"weight": "norm.weight",
@@ -75,11 +77,11 @@ class RMSNorm(_nnx.Module):
 
     _kind: ClassVar[Kind] = kinds.RMS_NORM
 
-    num_features: tuple[int, ...]
+    num_features: tuple[int, ...] | None
     scale: nnx.Param[jax.Array] | None = None
     bias: nnx.Param[jax.Array] | None = None
     eps: float | None
-    convention: Literal["torch", "llama", "qwen2", "mistral", "gemma", "t5", "diffusers", "seed", "x-transformers", "eager", "imagegpt", "ltx2", "round_rstd", "deepseek_v4", "glm5_next", "input_scaled", "muse_spark_input"]
+    convention: Literal["torch", "llama", "qwen2", "mistral", "gemma", "t5", "diffusers", "seed", "x-transformers", "eager", "imagegpt", "ltx2", "round_rstd", "deepseek_v4", "glm5_next", "input_scaled", "muse_spark_input", "gemma_rounded", "muse_spark_centered", "krea2"]
     axis: Axis
     use_scale: bool
     use_bias: bool
@@ -95,10 +97,10 @@ class RMSNorm(_nnx.Module):
 
     def __init__(
         self,
-        num_features: int | tuple[int, ...],
+        num_features: int | tuple[int, ...] | None,
         *,
         eps: float | None = None,
-        convention: Literal["torch", "llama", "qwen2", "mistral", "gemma", "t5", "diffusers", "seed", "x-transformers", "eager", "imagegpt", "ltx2", "round_rstd", "deepseek_v4", "glm5_next", "input_scaled", "muse_spark_input"] = "torch",
+        convention: Literal["torch", "llama", "qwen2", "mistral", "gemma", "t5", "diffusers", "seed", "x-transformers", "eager", "imagegpt", "ltx2", "round_rstd", "deepseek_v4", "glm5_next", "input_scaled", "muse_spark_input", "gemma_rounded", "muse_spark_centered", "krea2"] = "torch",
         axis: Axis = -1,
         use_scale: bool = True,
         use_bias: bool = False,

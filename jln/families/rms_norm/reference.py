@@ -40,6 +40,11 @@ def rms_norm(x: Tensor, scale: Tensor | None = None, *, k: int = 1, eps: float |
         h = f * torch.rsqrt(f.pow(2).mean(dims, keepdim=True) + eps)
         h = h.to(dt)
         return h if scale is None else scale * h
+    if convention == "gemma_rounded":  # MuseSparkTextCenteredRMSNorm: (1 + w) in w's dtype, then f32
+        o = f * torch.rsqrt(f.pow(2).mean(dims, keepdim=True) + eps)
+        if scale is not None:
+            o = o * (1.0 + scale).to(f.dtype)
+        return o.type_as(x)
     if convention == "gemma":  # transformers GemmaRMSNorm (1, 2, 3)
         o = f * torch.rsqrt(f.pow(2).mean(dims, keepdim=True) + eps)
         if scale is not None:

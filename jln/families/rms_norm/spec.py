@@ -33,6 +33,7 @@ CONVENTIONS: dict[str, tuple[tuple[str, ...], float | None]] = {
     "eager": (("imagegpt", "ltx2"), None),
     "round_rstd": (("deepseek_v4", "glm5_next"), 1e-6),
     "input_scaled": (("muse_spark_input",), 1e-6),
+    "gemma_rounded": (("muse_spark_centered", "krea2"), 1e-6),
 }
 #: The conventions only the XLA path computes, and what they round that the kernels do not:
 #: ``"eager"`` (ImageGPT's RMSNorm, LTX-2's PerChannelRMSNorm / PixelNorm) takes every op in the
@@ -40,16 +41,19 @@ CONVENTIONS: dict[str, tuple[tuple[str, ...], float | None]] = {
 #: and GLM-5-Next's unweighted RMSNorm) rounds the float32 ``rsqrt`` to the input dtype before
 #: ``x * rstd``; ``"input_scaled"`` (MuseSpark's input-scaled RMSNorm) multiplies x by ``1 + w``
 #: (formed in w's dtype) and rounds to the input dtype *before* the statistics, then normalizes
-#: as ``"torch"`` without a weight.
+#: as ``"torch"`` without a weight; ``"gemma_rounded"`` (MuseSpark's centered RMSNorm, Krea 2's)
+#: is ``"gemma"`` with ``1 + w`` formed in w's dtype, so rounded there for a half weight.
 XLA_ONLY = {
     "eager": "computes every op in the input dtype (no float32 statistics)",
     "round_rstd": "rounds rstd to the input dtype before multiplying x by it",
     "input_scaled": "scales x by `1 + w` before the statistics",
+    "gemma_rounded": "rounds `1 + w` to the weight's dtype",
 }
 ALIASES = {alias: name for name, (aliases, _) in CONVENTIONS.items() for alias in (name, *aliases)}
 #: Every name :data:`ALIASES` takes, for type checkers (a test holds the two equal).
 RMSConvention = Literal["torch", "llama", "qwen2", "mistral", "gemma", "t5", "diffusers", "seed", "x-transformers", "eager",
-                        "imagegpt", "ltx2", "round_rstd", "deepseek_v4", "glm5_next", "input_scaled", "muse_spark_input"]
+                        "imagegpt", "ltx2", "round_rstd", "deepseek_v4", "glm5_next", "input_scaled", "muse_spark_input",
+                        "gemma_rounded", "muse_spark_centered", "krea2"]
 
 
 def resolve_convention(convention: str, fn: str) -> str:
@@ -77,7 +81,7 @@ def default_eps(convention: str, dtype: Any) -> float:
 def output_dtype(convention: str, dtype: Any, scale_dtype: Any, bias_dtype: Any = None) -> jnp.dtype:
     """The dtype each convention returns for input ``dtype`` and weight ``scale_dtype``."""
     dt = jnp.dtype(dtype)
-    if convention in ("torch", "gemma", "input_scaled"):
+    if convention in ("torch", "gemma", "input_scaled", "gemma_rounded"):
         return dt
     if scale_dtype is None:
         if convention == "t5":  # x * rsqrt(var) promotes to the statistics dtype
@@ -101,8 +105,8 @@ def rms_steps(convention: str, io_dtype: Any, scale_dtype: Any, has_bias: bool) 
     bias; a ``None`` dtype is no rounding. The only place the conventions' dtype order lives:
     the XLA body (:meth:`RMSNormSpec.tail`) and the kernels apply these steps.
     """
-    if convention in ("torch", "gemma", "input_scaled"):  # (input_scaled: its weight acts before)
-        return convention == "gemma", None, None
+    if convention in ("torch", "gemma", "input_scaled", "gemma_rounded"):  # (input_scaled: its weight acts before)
+        return convention in ("gemma", "gemma_rounded"), None, None
     if convention in ("llama", "seed", "eager", "round_rstd"):
         return False, jnp.dtype(io_dtype), None  # cast to the input dtype, *then* the weight
     if scale_dtype is None:  # t5 / diffusers without a weight
@@ -207,7 +211,10 @@ class RMSNormSpec(NormSpec):
             h = _stats.round_to(h, round_h)
         if scale is not None:
             w = scale.astype(sd)
-            h = h * (1.0 + w) if gemma else h * w
+            if self.convention == "gemma_rounded":  # 1 + w in w's own dtype, then upcast
+                h = h * _stats.round_to(1.0 + w, scale.dtype)
+            else:
+                h = h * (1.0 + w) if gemma else h * w
         if round_y is not None:
             h = _stats.round_to(h, round_y)
         if bias is not None:

@@ -377,7 +377,9 @@ def test_ada_layer_norm_single_checks() -> None:
     with pytest.raises(ValueError, match="resolution"):
         lin.apply(variables, jk["timestep"])
     with pytest.raises(ValueError, match="1-D"):
-        lin.apply(variables, jk["timestep"][:, None], jk["resolution"], jk["aspect_ratio"])
+        lin.apply(variables, jk["timestep"][:, None], resolution=jk["resolution"], aspect_ratio=jk["aspect_ratio"])
+    with pytest.raises(TypeError, match="added_cond_kwargs"):  # diffusers' second argument is the dict
+        lin.apply(variables, jk["timestep"], jk["resolution"], jk["aspect_ratio"])
     with pytest.raises(ValueError, match="multiple of 3"):
         jnnx.AdaLNSingle(8, use_additional_conditions=True, rngs=jax_rngs())
     m.emb.time_proj.flip_sin_to_cos = False

@@ -209,5 +209,6 @@ def test_module_errors() -> None:
         MC.apply_group({}, jnp.ones((2, 8, 4, 4)), jnp.ones((2, 1, 3)), cfg)
     with pytest.raises(ValueError, match=r"`scale_shift_table` must be \[2, 8\]"):
         MC.apply_table({}, jnp.ones((2, 5, 8)), jnp.ones((2, 8)), jnp.zeros((3, 8)), MC.AdaLNTableConfig(features=8))
-    with pytest.raises(ValueError, match=r"`cond` must be \[B, cond_features\]"):
-        MC.apply_ada_rms({}, jnp.ones((2, 5, 8)), jnp.ones((2, 5, 4)), MC.AdaRMSNormConfig(features=8))
+    dense = {"dense": {"kernel": jnp.ones((4, 24)), "bias": jnp.zeros(24)}}
+    with pytest.raises(ValueError, match="must have a batch axis"):  # torch's [:, None, :] refuses it too
+        MC.apply_ada_rms(dense, jnp.ones((2, 5, 8)), jnp.ones((4,)), MC.AdaRMSNormConfig(features=8))
