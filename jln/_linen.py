@@ -129,7 +129,7 @@ def _sizes(module: Module, kind: M.Kind, cfg: Any, inputs: tuple[Any, ...], fn: 
     shapes = [s.infer(cfg, inputs[s.input], kind.inputs[s.input], fn) for s in kind.shapes]
     if not kind.shapes or module.is_initializing():
         return shapes
-    arrays = _flat_arrays(module.variables.get("params", {}))
+    arrays = _flat_arrays(nn.unbox(module.variables.get("params", {})))  # (sharding boxes off)
     if not arrays:
         return shapes
     have = {k: tuple(v.shape) for k, v in arrays.items()}
