@@ -407,7 +407,7 @@ def group_norm(
     if frame is not None:
         kept += (frame + shift if frame > c else frame,)
     axes = tuple(a for a in range(1, xg.ndim) if a not in kept)
-    spec = BatchStatSpec(axes=axes, eps=eps, out_dtype=x.dtype)
+    spec = BatchStatSpec(axes=axes, eps=eps, out_dtype=x.dtype, torch_affine=True)
     y, _, _ = _run(fn, spec, xg, (grouped(p["scale"]), grouped(p["bias"])))
     return activate(y.reshape(x.shape), activation)
 

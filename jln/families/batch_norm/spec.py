@@ -14,7 +14,11 @@ a per-channel affine. What differs from torch's eager kernels is stated where it
   (:meth:`BatchStatSpec._rounded_stats`; *measured*: so rounded jln matches torch 2.13 bit for
   bit; computed in float32 and rounded once, ~35% of elements differ). With float32 parameters
   (torch's mixed-dtype path) the statistics stay float32 and the output is rounded once.
-  GroupNorm always keeps them in float32. ``stat_round`` carries that dtype (``None``: none).
+  GroupNorm always keeps them in float32 and, for a half-precision output, folds them into a
+  per-channel scale and shift as torch's CPU GroupNorm does (``torch_affine``); torch's own
+  statistics (a vectorized Welford cascade whose lane count follows the CPU) are not reproduced,
+  so ~1 element in 4000 of offset bfloat16 inputs is 1 ulp apart.
+  ``stat_round`` carries that dtype (``None``: none).
 * The derivative is that of the float32 computation (the rounding of the statistics is a
   forward-only detail: torch's backward differentiates its saved statistics the same way).
 """
@@ -58,10 +62,13 @@ class BatchStatSpec(NormSpec):
     ``y = (x - mean) / sqrt(var + eps) * scale + bias`` (biased variance), rounded once to
     ``out_dtype``; the formula also returns ``(mean, var)`` (keepdims, statistics dtype, outside
     autodiff) for the running statistics. ``stat_round``: the dtype torch rounds ``mean`` and
-    ``rstd`` to before use (see the module docstring), or ``None``."""
+    ``rstd`` to before use (see the module docstring), or ``None``. ``torch_affine``: a
+    bfloat16/float16 output is evaluated as torch's CPU GroupNorm evaluates it (see
+    :meth:`_torch_affine`)."""
 
     out_dtype: Any
     stat_round: Any = None
+    torch_affine: bool = False
 
     op = "batch_stats"
     operands = ("scale", "bias")
@@ -79,8 +86,25 @@ class BatchStatSpec(NormSpec):
         h = _stats.normalized(x32, self.axes, self.eps, (d, var), self.axis_name, groups)
         if self.stat_round is not None:
             h = forward_as(self._rounded_stats(x32, lax.stop_gradient(var)), h)
-        y = _affine(h, scale, bias).astype(self.out_dtype)
-        return y, lax.stop_gradient(mean), lax.stop_gradient(var)
+        y = _affine(h, scale, bias)
+        if self.torch_affine and jnp.dtype(self.out_dtype).itemsize < 4:
+            y = forward_as(self._torch_affine(x32, mean, lax.stop_gradient(var), scale, bias), y)
+        return y.astype(self.out_dtype), lax.stop_gradient(mean), lax.stop_gradient(var)
+
+    def _torch_affine(
+        self, x32: Array, mean: Array, var: Array, scale: Array | None, bias: Array | None
+    ) -> Array:
+        """``x * s + (bias - mean * s)`` with ``s = rstd * scale`` per channel: torch's CPU
+        GroupNorm folds the statistics into a per-channel scale and shift and applies them in
+        one multiply-add (*measured*, torch 2.13: given torch's own statistics this form matches
+        its bfloat16 output on 100% of elements; ``(x - mean) * rstd * scale + bias`` rounds
+        differently on ~1 element in 1000 of offset inputs). Only for half-precision outputs:
+        in float32 the shift's cancellation would cost accuracy on offset inputs."""
+        mean, s = lax.stop_gradient(mean), _inv_sqrt(var + self.eps)
+        if scale is not None:
+            s = s * scale.astype(s.dtype)
+        shift = -(mean * s) if bias is None else bias.astype(s.dtype) - mean * s
+        return x32 * s + shift
 
     def _rounded_stats(self, x32: Array, var: Array) -> Array:
         """``(x - mean) * rstd`` with torch's CPU rounding of its statistics (*measured*, torch
