@@ -68,10 +68,14 @@ class LayerNorm(nn.LayerNorm):
     1e-6); ``scale``/``bias`` have ``x``'s sizes at ``feature_axes``.
 
     Attributes:
-      epsilon, dtype, param_dtype, use_bias, use_scale, bias_init, scale_init,
-        reduction_axes, feature_axes, axis_name, axis_index_groups, use_fast_variance,
-        force_float32_reductions: flax's, with flax's defaults (``use_fast_variance`` has no
-        effect: jln's statistics either way).
+      epsilon: added to the variance inside the square root; default 1e-6.
+      reduction_axes: the axes the statistics are taken over; default -1.
+      feature_axes: the axes ``scale``/``bias`` span; default -1.
+
+    The other attributes are flax's, with flax's defaults (``use_fast_variance`` has no
+    effect: jln's statistics either way): ``dtype``, ``param_dtype``, ``use_bias``,
+    ``use_scale``, ``bias_init``, ``scale_init``, ``axis_name``, ``axis_index_groups``,
+    ``use_fast_variance``, ``force_float32_reductions``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -115,9 +119,13 @@ class RMSNorm(nn.RMSNorm):
     ``x``'s sizes at ``feature_axes``. Rounded once to the result dtype.
 
     Attributes:
-      epsilon, dtype, param_dtype, use_scale, scale_init, reduction_axes, feature_axes,
-        axis_name, axis_index_groups, use_fast_variance, force_float32_reductions: flax's,
-        with flax's defaults.
+      epsilon: added to the mean square inside the square root; default 1e-6.
+      reduction_axes: the axes the statistics are taken over; default -1.
+      feature_axes: the axes ``scale`` spans; default -1.
+
+    The other attributes are flax's, with flax's defaults: ``dtype``, ``param_dtype``,
+    ``use_scale``, ``scale_init``, ``axis_name``, ``axis_index_groups``,
+    ``use_fast_variance``, ``force_float32_reductions``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -154,9 +162,11 @@ class GroupNorm(nn.GroupNorm):
       num_groups: the number of groups (default 32), or ``None`` with ``group_size``.
       group_size: the channels per group, with ``num_groups=None``.
       reduction_axes: the axes reduced, the last axis among them; default all but axis 0.
-      epsilon, dtype, param_dtype, use_bias, use_scale, bias_init, scale_init, axis_name,
-        axis_index_groups, use_fast_variance, force_float32_reductions: flax's, with flax's
-        defaults (``use_fast_variance`` has no effect).
+
+    The other attributes are flax's, with flax's defaults (``use_fast_variance`` has no
+    effect): ``epsilon``, ``dtype``, ``param_dtype``, ``use_bias``, ``use_scale``,
+    ``bias_init``, ``scale_init``, ``axis_name``, ``axis_index_groups``,
+    ``use_fast_variance``, ``force_float32_reductions``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -220,9 +230,11 @@ class InstanceNorm(nn.InstanceNorm):
 
     Attributes:
       feature_axes: the axes the parameters span (not axis 0); default -1.
-      epsilon, dtype, param_dtype, use_bias, use_scale, bias_init, scale_init, axis_name,
-        axis_index_groups, use_fast_variance, force_float32_reductions: flax's, with flax's
-        defaults (``use_fast_variance`` has no effect).
+
+    The other attributes are flax's, with flax's defaults (``use_fast_variance`` has no
+    effect): ``epsilon``, ``dtype``, ``param_dtype``, ``use_bias``, ``use_scale``,
+    ``bias_init``, ``scale_init``, ``axis_name``, ``axis_index_groups``,
+    ``use_fast_variance``, ``force_float32_reductions``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -293,9 +305,12 @@ class BatchNorm(nn.BatchNorm):
       axis: the feature axis (or axes); default -1.
       momentum: flax's decay of the running statistics, 0.99 (torch's momentum is
         ``1 - momentum``).
-      epsilon, dtype, param_dtype, use_bias, use_scale, bias_init, scale_init, axis_name,
-        axis_index_groups, use_fast_variance, force_float32_reductions: flax's, with flax's
-        defaults (``use_fast_variance`` has no effect).
+      epsilon: added to the variance inside the square root; flax's BatchNorm default 1e-5.
+
+    The other attributes are flax's, with flax's defaults (``use_fast_variance`` has no
+    effect): ``dtype``, ``param_dtype``, ``use_bias``, ``use_scale``, ``bias_init``,
+    ``scale_init``, ``axis_name``, ``axis_index_groups``, ``use_fast_variance``,
+    ``force_float32_reductions``.
 
     Example:
       >>> import jax, jax.numpy as jnp

@@ -74,10 +74,17 @@ class LayerNorm(nnx.LayerNorm):
     1e-6); ``scale``/``bias`` have ``x``'s sizes at ``feature_axes``.
 
     Args:
-      num_features, epsilon, dtype, param_dtype, use_bias, use_scale, bias_init, scale_init,
-        reduction_axes, feature_axes, axis_name, axis_index_groups, use_fast_variance,
-        promote_dtype, rngs, bias_metadata, scale_metadata: flax's, with flax's defaults
-        (``rngs`` gives two keys, scale's and bias's; ``use_fast_variance`` has no effect).
+      num_features: the number of features (the product of ``x``'s sizes at
+        ``feature_axes``).
+      epsilon: added to the variance inside the square root; default 1e-6.
+      rngs: two keys are drawn from ``rngs.params()``, scale's then bias's (as flax does,
+        ones/zeros initializers included).
+
+    The other arguments are flax's, with flax's defaults (``use_fast_variance`` has no
+    effect): ``dtype``, ``param_dtype``, ``use_bias``, ``use_scale``, ``bias_init``,
+    ``scale_init``, ``reduction_axes``, ``feature_axes``, ``axis_name``,
+    ``axis_index_groups``, ``use_fast_variance``, ``promote_dtype``, ``bias_metadata``,
+    ``scale_metadata``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -120,9 +127,14 @@ class RMSNorm(nnx.RMSNorm):
     to the result dtype.
 
     Args:
-      num_features, epsilon, dtype, param_dtype, use_scale, scale_init, reduction_axes,
-        feature_axes, axis_name, axis_index_groups, use_fast_variance, promote_dtype, rngs,
-        scale_metadata: flax's, with flax's defaults (``rngs`` gives one key, scale's).
+      num_features: the number of features (the product of ``x``'s sizes at
+        ``feature_axes``).
+      epsilon: added to the mean square inside the square root; default 1e-6.
+      rngs: one key is drawn from ``rngs.params()``, scale's (as flax does).
+
+    The other arguments are flax's, with flax's defaults: ``dtype``, ``param_dtype``,
+    ``use_scale``, ``scale_init``, ``reduction_axes``, ``feature_axes``, ``axis_name``,
+    ``axis_index_groups``, ``use_fast_variance``, ``promote_dtype``, ``scale_metadata``.
 
     Example:
       >>> import jax.numpy as jnp
@@ -162,10 +174,12 @@ class GroupNorm(nnx.GroupNorm):
       num_groups: the number of groups (default 32), or ``None`` with ``group_size``.
       group_size: the channels per group, with ``num_groups=None``.
       reduction_axes: the axes reduced, the last axis among them; default all but axis 0.
-      epsilon, dtype, param_dtype, use_bias, use_scale, bias_init, scale_init, axis_name,
-        axis_index_groups, use_fast_variance, promote_dtype, rngs, bias_metadata,
-        scale_metadata: flax's, with flax's defaults (``rngs`` gives two keys, scale's and
-        bias's; ``use_fast_variance`` has no effect).
+
+    The other arguments are flax's, with flax's defaults (``rngs`` gives two keys, scale's
+    and bias's; ``use_fast_variance`` has no effect): ``epsilon``, ``dtype``,
+    ``param_dtype``, ``use_bias``, ``use_scale``, ``bias_init``, ``scale_init``,
+    ``axis_name``, ``axis_index_groups``, ``use_fast_variance``, ``promote_dtype``,
+    ``rngs``, ``bias_metadata``, ``scale_metadata``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -230,10 +244,12 @@ class InstanceNorm(nnx.InstanceNorm):
       num_features: the number of features (the product of ``x``'s sizes at
         ``feature_axes``).
       feature_axes: the axes the parameters span (not axis 0); default -1.
-      epsilon, dtype, param_dtype, use_bias, use_scale, bias_init, scale_init, axis_name,
-        axis_index_groups, use_fast_variance, promote_dtype, rngs, bias_metadata,
-        scale_metadata: flax's, with flax's defaults (``rngs`` gives two keys, scale's and
-        bias's; ``use_fast_variance`` has no effect).
+
+    The other arguments are flax's, with flax's defaults (``rngs`` gives two keys, scale's
+    and bias's; ``use_fast_variance`` has no effect): ``epsilon``, ``dtype``,
+    ``param_dtype``, ``use_bias``, ``use_scale``, ``bias_init``, ``scale_init``,
+    ``axis_name``, ``axis_index_groups``, ``use_fast_variance``, ``promote_dtype``,
+    ``rngs``, ``bias_metadata``, ``scale_metadata``.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -286,7 +302,7 @@ class BatchNorm(nnx.BatchNorm):
     per feature (``axis``, default -1), ``epsilon`` inside the square root (flax's default
     1e-5). In training (``use_running_average=False``, the constructor's default, or
     ``.train()``) ``mu`` and ``sigma^2`` are the batch's mean and biased variance over every
-    other axis (global across ``axis_name``), and the ``mean``/``var`` ``BatchStat``\s
+    other axis (global across ``axis_name``), and the ``mean``/``var`` ``BatchStat`` variables
     (zeros and ones, float32) are updated as flax does, with flax's ``momentum`` (0.99)::
 
         mean = momentum * mean + (1 - momentum) * batch_mean
@@ -301,10 +317,13 @@ class BatchNorm(nnx.BatchNorm):
       axis: the feature axis; default -1.
       momentum: flax's decay of the running statistics, 0.99 (torch's momentum is
         ``1 - momentum``).
-      epsilon, dtype, param_dtype, use_bias, use_scale, bias_init, scale_init, axis_name,
-        axis_index_groups, use_fast_variance, promote_dtype, rngs, bias_metadata,
-        scale_metadata: flax's, with flax's defaults (``rngs`` gives two keys, scale's and
-        bias's; ``use_fast_variance`` has no effect).
+      epsilon: added to the variance inside the square root; flax's BatchNorm default 1e-5.
+
+    The other arguments are flax's, with flax's defaults (``rngs`` gives two keys, scale's
+    and bias's; ``use_fast_variance`` has no effect): ``dtype``, ``param_dtype``,
+    ``use_bias``, ``use_scale``, ``bias_init``, ``scale_init``, ``axis_name``,
+    ``axis_index_groups``, ``use_fast_variance``, ``promote_dtype``, ``rngs``,
+    ``bias_metadata``, ``scale_metadata``.
 
     Example:
       >>> import jax, jax.numpy as jnp
