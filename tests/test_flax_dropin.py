@@ -972,7 +972,7 @@ def test_flax_behaviour_instance_norm_feature_axes() -> None:
         jnx.InstanceNorm(5, feature_axes=0, rngs=fnnx.Rngs(0))(x)
 
 
-@pytest.mark.parametrize("api", ["linen", "nnx"])
+@pytest.mark.parametrize("api", ["linen", pytest.param("nnx", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("kind", STAT_NORMS)
 @pytest.mark.parametrize("offset", [0.0, 1e4])
 def test_stat_norms_mask(api: str, kind: str, offset: float) -> None:
@@ -1035,7 +1035,7 @@ def test_stat_norms_gradients_match_flax(kind: str) -> None:
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
 
 
-@pytest.mark.parametrize("kind", ["GroupNorm", "InstanceNorm"])
+@pytest.mark.parametrize("kind", ["GroupNorm", pytest.param("InstanceNorm", marks=pytest.mark.slow)])
 def test_stat_norms_axis_name_vmap(kind: str) -> None:
     """Each sample's rows split across a mapped axis (the spatial axis, by blocks): the
     statistics are the whole row's, as flax's pmean gives."""
@@ -1201,7 +1201,7 @@ def _resnet(nn, **norm_kw):
     return Net()
 
 
-@pytest.mark.parametrize("offset", [0.0, 1e3])
+@pytest.mark.parametrize("offset", [pytest.param(0.0, marks=pytest.mark.slow), 1e3])
 def test_linen_resnet_import_swap(offset: float) -> None:
     """The same network from ``from jln.flax import linen as nn`` and from flax: the same
     variables from the same key, training steps with the same outputs and batch statistics
