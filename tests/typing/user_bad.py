@@ -8,6 +8,8 @@ from flax import nnx
 import jln
 from jln import linen as jnn
 from jln import nnx as jnnx
+from jln.flax import linen as jfl
+from jln.flax import nnx as jfx
 
 x = jnp.ones((2, 64))
 w = jnp.ones(64)
@@ -48,3 +50,12 @@ jnnx.BatchNorm(16.0)  # error: wrong positional type for the size
 jnnx.AdaLNZero("32", 64, rngs=rngs)  # error: wrong positional type for the size
 jnnx.RMSNorm(64, 1e-6)  # error: an option passed positionally
 jnnx.RMSNorm(64, rngs=rngs)(x, x)  # error: too many call arguments
+
+# jln.flax (flax's namespaces: its names and signatures are checked as flax's)
+jfl.Dens(4)  # error: a name flax.linen does not have
+jfl.GroupNorm(num_group=4)  # error: typo'd keyword
+jfl.BatchNorm(momentum="0.9")  # error: wrong type
+jfl.InstanceNorm(eps=1e-6)  # error: jln's keyword, not flax's
+jfx.Linaer(4, 4, rngs=rngs)  # error: a name flax.nnx does not have
+jfx.GroupNorm(16, num_group=4, rngs=rngs)  # error: typo'd keyword
+jfx.BatchNorm("16", rngs=rngs)  # error: wrong positional type for the size

@@ -11,6 +11,8 @@ from typing_extensions import assert_type  # typing's from Python 3.11 on
 import jln
 from jln import linen as jnn
 from jln import nnx as jnnx
+from jln.flax import linen as jfl  # flax.linen with jln's norms
+from jln.flax import nnx as jfx  # flax.nnx with jln's norms
 
 Array = jax.Array
 x = jnp.ones((2, 8, 64))
@@ -125,3 +127,43 @@ assert_type(jnnx.ModulatedRMSNorm(eps=1e-6)(x8, 2 * jnp.ones((2, 1, 8))), Array)
 y_ar, gate_ar = jnnx.AdaRMSNorm(4, 8, rngs=rngs)(x8, c4)
 assert_type(gate_ar, Array)
 assert_type(jnnx.AdaLNSigmoidGate(4, 8, rngs=rngs)(x8, c4), Array)
+
+
+# jln.flax: flax's own namespaces, jln's five norms in them (the import swap)
+class ResBlock(jfl.Module):
+    features: int = 16
+
+    @jfl.compact
+    def __call__(self, h: Array, train: bool = False) -> Array:
+        y = jfl.Conv(self.features, (3, 3))(h)
+        y = jfl.BatchNorm(use_running_average=not train, momentum=0.9)(y)
+        y = jfl.GroupNorm(num_groups=4, epsilon=1e-5)(jfl.relu(y))
+        y = jfl.InstanceNorm(feature_axes=-1)(y) + jfl.LayerNorm(use_fast_variance=False)(y)
+        return jfl.Dense(self.features)(jfl.RMSNorm()(y + h))
+
+
+rb = ResBlock()
+rb_vars = rb.init(jax.random.key(0), img)
+rb_out, rb_stats = rb.apply(rb_vars, img, train=True, mutable=["batch_stats"])
+assert_type(jfl.GroupNorm(num_groups=None, group_size=4), jfl.GroupNorm)
+gn_linen: jfl.GroupNorm = jfl.GroupNorm()
+flax_gn: nn.GroupNorm = gn_linen  # a subclass of flax's
+
+
+class NnxBlock(jfx.Module):
+    def __init__(self, rngs: jfx.Rngs) -> None:
+        self.conv = jfx.Conv(16, 16, (3, 3), rngs=rngs)
+        self.bn = jfx.BatchNorm(16, momentum=0.9, rngs=rngs)
+        self.gn = jfx.GroupNorm(16, num_groups=4, rngs=rngs)
+        self.inorm = jfx.InstanceNorm(16, rngs=rngs)
+        self.lin = jfx.Linear(16, 16, rngs=rngs)
+
+    def __call__(self, h: Array) -> Array:
+        return self.lin(self.inorm(self.gn(jfx.relu(self.bn(self.conv(h))))) + h)
+
+
+nb = NnxBlock(jfx.Rngs(0))
+assert_type(nb.bn, jfx.BatchNorm)
+nb_out: Array = nb(img)
+nb.eval()
+bn_state = jfx.state(nb, jfx.BatchStat)
