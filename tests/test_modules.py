@@ -1233,6 +1233,9 @@ def test_module_docstrings_document_every_option():
     [
         ("LayerNorm", "epsilon", r"jln calls it eps=\.\.\.; for flax's exact signature and defaults use jln\.flax\.{api}\.LayerNorm"),
         ("RMSNorm", "epsilon", r"jln calls it eps=\.\.\..*jln\.flax\.{api}\.RMSNorm"),
+        ("BatchNorm", "epsilon", r"jln calls it eps=\.\.\..*jln\.flax\.{api}\.BatchNorm"),
+        ("GroupNorm", "epsilon", r"jln calls it eps=\.\.\..*jln\.flax\.{api}\.GroupNorm"),
+        ("InstanceNorm", "epsilon", r"jln calls it eps=\.\.\..*jln\.flax\.{api}\.InstanceNorm"),
         ("LayerNorm", "reduction_axes", r"jln calls it axis=\.\.\."),
         ("RMSNorm", "feature_axes", r"jln calls it axis=\.\.\. \(jln's scale and bias"),
         ("LayerNorm", "use_fast_variance", r"jln's LayerNorm has no such option \(.*squared deviations.*drop it\)"),
@@ -1246,9 +1249,11 @@ def test_module_docstrings_document_every_option():
 def test_flax_argument_names_say_what_jln_calls_them(api, cls, flax_arg, says):
     # a flax user's argument names get a TypeError that names jln's option (and jln.flax for
     # flax's own signature, where flax has the module), not Python's bare "unexpected keyword"
-    sizes = {"LayerNorm": (8,), "RMSNorm": (8,), "AdaLNZero": (8, 8), "TransformerEncoderLayer": (8, 2),
+    sizes = {"LayerNorm": (8,), "RMSNorm": (8,), "BatchNorm": (8,), "GroupNorm": (2, 8), "InstanceNorm": (8,),
+             "AdaLNZero": (8, 8), "TransformerEncoderLayer": (8, 2),
              "DiTBlock": (8, 2)}[cls]
-    fields = {"AdaLNZero": dict(features=8), "TransformerEncoderLayer": dict(d_model=8, nhead=2),
+    fields = {"AdaLNZero": dict(features=8), "GroupNorm": dict(num_groups=2, num_channels=8),
+              "TransformerEncoderLayer": dict(d_model=8, nhead=2),
               "DiTBlock": dict(hidden_size=8, num_heads=2)}.get(cls, {})
     with pytest.raises(TypeError, match=f"jln.{api}.{cls} got flax's argument '{flax_arg}': " + says.format(api=api)):
         if api == "linen":

@@ -220,7 +220,7 @@ BATCH_NORM = M.Kind(
               "  >>> m.running_mean[...], int(m.num_batches_tracked[...])\n"
               "  (Array([0.3, 0.4], dtype=float32), 1)"),
     rngs_doc="unused (ones and zeros initializers); accepted for symmetry.", shapes=(NUM_FEATURES,),
-    call_options=_CALL, state=running_specs,
+    call_options=_CALL, state=running_specs, flax_twin=True,
 )
 INSTANCE_NORM = dataclasses.replace(
     BATCH_NORM, name="InstanceNorm", config=InstanceNormConfig, apply=apply_instance_norm,
