@@ -5,7 +5,10 @@
   ``torch_lowp`` the same reference in the dtype under test. jln may be at most twice as far
   from the exact answer as torch itself is.
 * Named conventions in bfloat16 and float16 against torch (``exact=True``): bit-exact on at
-  least 99.5% of elements and never more than 2 ulp off. (The
+  least 99.5% of elements and never more than 2 ulp off: 2 of the element's own ulps, or 1 ulp
+  of its row's largest value (an element that the output's bias brings near zero keeps the
+  rounding of the product it cancels: DeBERTa's ``w·h + b`` in float16 turns a one-ulp split of
+  ``w·h`` into 8 ulps of a small result, *measured* by ``jln parity --full``). (The
   general rule's bound, twice torch's own error, is a few ulp in a half type: wide enough to
   let a convention with the wrong rounding order through, which this rule catches.)
 """
@@ -96,27 +99,32 @@ def _ulp_of(m: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.maximum(np.where(m > 0, np.exp2(e - info.nmant), tiny), tiny)
 
 
-def row_ulp(a: np.ndarray, b: np.ndarray) -> float:
-    """``max|a - b|`` in units in the last place of each row's largest ``|b|``, the reference.
+def row_ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``|a - b|`` elementwise, in units in the last place of each row's largest ``|b|``, the
+    reference.
 
-    A row is the last axis (the whole array for a scalar). Near-zero elements have tiny ulps
-    of their own, so an error that is invisible at the row's scale can be millions of their
-    ulps (:func:`ulp_distance`); here every element's error is measured in the units of the
-    row's magnitude, which is what a downstream matmul sees. Non-finite elements are left out
-    (:func:`compare` counts them apart); an empty array gives 0.
+    A row is the last axis (a scalar is one row). Near-zero elements have tiny ulps of their
+    own, so an error that is invisible at the row's scale can be millions of their ulps
+    (:func:`ulp_distance`); here every element's error is measured in the units of the row's
+    magnitude, which is what a downstream matmul sees. Non-finite elements give 0
+    (:func:`compare` counts them apart).
     """
     a, b = to_numpy(a), to_numpy(b)
-    if a.size == 0:
-        return 0.0
-    af, bf = a.astype(np.float64), b.astype(np.float64)
+    af, bf = np.atleast_1d(a.astype(np.float64)), np.atleast_1d(b.astype(np.float64))
     finite = np.isfinite(af) & np.isfinite(bf)
     af, bf = np.where(finite, af, 0.0), np.where(finite, bf, 0.0)  # (no inf - inf below)
     err, mag = np.abs(af - bf), np.abs(bf)
-    if err.ndim == 0:
-        err, mag = err[None], mag[None]
+    if err.size == 0:
+        return err
     scale = _ulp_of(mag.max(axis=-1, keepdims=True), b.dtype)
-    with np.errstate(over="ignore"):  # a row whose largest |b| is subnormal: inf ulps, said as inf
-        return float(np.max(err / scale))
+    with np.errstate(over="ignore"):  # a row whose largest |b| is subnormal: inf ulps
+        return err / scale
+
+
+def row_ulp(a: np.ndarray, b: np.ndarray) -> float:
+    """The largest of :func:`row_ulps` (0 for an empty array)."""
+    r = row_ulps(a, b)
+    return float(r.max()) if r.size else 0.0
 
 
 @dataclass
@@ -224,6 +232,7 @@ def compare(
     exact_rule = exact and dtype in EXACT_DTYPES
     passed = same_nonfinite and err <= bound
     if exact_rule:
-        passed = same_nonfinite and frac >= EXACT_FRACTION and max_ulp_elem <= EXACT_MAX_ULP[dtype]
+        close = (ulps <= EXACT_MAX_ULP[dtype]) | (row_ulps(j, t).reshape(ulps.shape) <= 1)
+        passed = same_nonfinite and frac >= EXACT_FRACTION and bool(np.all(close))
     return Report(dtype, err, torch_err, max_ulp, frac, bound, exact_rule, bool(passed), nonfinite_mismatch,
                   ref64 is not None, max_ulp_elem, ref_max)

@@ -153,7 +153,7 @@ class ParityResult:
         r = self.report
         rule = (
             f"half-precision bit-exact rule: >= {_compare.EXACT_FRACTION:.1%} bit-exact and <= "
-            f"{_compare.EXACT_MAX_ULP.get(r.dtype, 1)} ulp"
+            f"{_compare.EXACT_MAX_ULP.get(r.dtype, 1)} ulp (or 1 at the row's scale)"
             if r.exact_rule
             else f"bound {r.bound:.3g}"
         )
@@ -531,7 +531,8 @@ def check_matches_torch(
       reference: ``"torch"`` (compare with torch directly, ``atol + rtol * max|torch|``) or
         ``"float64"`` (jln's 2x-torch-error rule against torch evaluated in float64).
       exact: forward outputs in bfloat16 and float16 must be bit-exact on >= 99.5% of
-        elements and at most 2 ulp off, elementwise.
+        elements and at most 2 ulp off, elementwise (or 1 ulp of the row's largest value, where
+        a bias cancels a product to near zero).
       rtol, atol: override the dtype defaults of the rule.
       grad_atol: a larger absolute floor for gradients only (e.g. the rounding floor of an
         ill-conditioned backward).

@@ -287,3 +287,25 @@ def test_row_ulp_of_a_subnormal_row_is_inf_without_a_warning() -> None:
         warnings.simplefilter("error")
         assert _compare.row_ulp(np.array([[1.0, 0.0]]), np.array([[0.0, 1e-320]])) == float("inf")
         assert _compare.row_ulp(np.array([[1.0, 2.0]]), np.array([[1.0, 2.0]])) == 0.0
+
+
+def test_exact_rule_measures_a_cancelled_element_at_its_row_scale() -> None:
+    # float16 rows of 4.0 with one element a bias brought near zero: that element 8 of its own
+    # ulps off (a one-ulp split of the product it cancels, as DeBERTa's w*h + b gives) is an
+    # eighth of an ulp at the row's scale and passes; 3 ulps on the row's largest element fails
+    from jln import _compare
+
+    torch_out = np.full((2, 1024), 4.0, np.float16)
+    torch_out[0, 5] = np.float16(0.0625)
+    near_zero = torch_out.copy()
+    near_zero[0, 5] = np.float16(0.0625) + np.float16(8 * 2.0**-14)
+    r = _compare.compare(near_zero, torch_out, exact=True)
+    assert r.max_ulp_elementwise == 8 and r.max_ulp == 0.125 and r.passed
+    assert parity._decides(r) == "8 ulp, 0.125 of row"
+    large = torch_out.copy()
+    large[1, 0] = np.float16(4.0 + 3 * 2.0**-8)
+    r = _compare.compare(large, torch_out, exact=True)
+    assert r.max_ulp_elementwise == 3 and not r.passed
+    assert parity._decides(r) == "3 ulp, 3 of row"
+    # the general rule is unchanged by it
+    assert not _compare.compare(near_zero, torch_out, atol=1e-6).passed
