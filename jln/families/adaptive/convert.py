@@ -673,4 +673,9 @@ NEAR_MISSES: C.NearMisses = (
     (((f"{C.T}.voxtral_realtime.modeling_voxtral_realtime", "VoxtralRealtimeTextAdaRmsNorm"),),
      "it normalizes nothing: it is an MLP, linear2(gelu(linear1(x))), that produces a scale for the "
      "caller's RMSNorm; build it with flax Dense layers"),
+    (((f"{C.T}.emu3.modeling_emu3", "Emu3VQVAESpatialNorm"),),
+     "it is a GroupNorm modulated by a second input: norm(x) * conv_y(zq) + conv_b(zq), zq the quantized "
+     "latent resized to x's size (nearest), conv_y/conv_b 1x1 convolutions; the nearest jln family, "
+     "AdaGroupNorm, projects a vector embedding, not a feature map. Convert its `norm_layer` (a GroupNorm) and "
+     "write the two convolutions with flax Conv layers"),
 )

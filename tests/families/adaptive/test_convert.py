@@ -176,6 +176,7 @@ def _bare(cls: type) -> Any:
     ("voxtral_realtime", "VoxtralRealtimeTextAdaRmsNorm", "it is an MLP"),
     ("gradium_phonon_tts", "GradiumPhononTTSTimestepNorm", "op by op in the input's dtype"),
     ("pocket_tts", "PocketTTSTimestepNorm", "unbiased variance"),
+    ("emu3", "Emu3VQVAESpatialNorm", "modulated by a second input"),
 ], lambda model, name, says: False))
 def test_refused_with_the_reason(model: str, name: str, says: str) -> None:
     with pytest.raises(TypeError, match="cannot reproduce it") as e:
