@@ -11,7 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jln import _compare, _index, _registry
-from jln.families.rms_norm.spec import XLA_ONLY
+from jln.families.layer_norm.spec import ALIASES as LN_ALIASES
+from jln.families.layer_norm.spec import LayerNormSpec
+from jln.families.rms_norm.spec import ALIASES as RMS_ALIASES
+from jln.families.rms_norm.spec import XLA_ONLY, RMSNormSpec
 
 
 @contextlib.contextmanager
@@ -66,9 +69,21 @@ def kernel_ops() -> list[_registry.Op]:
     """``jln parity``'s ops that the Pallas kernels compute (their families' ``pallas`` flag):
     LayerNorm and RMSNorm (with the fused residual step and adaptive LayerNorm's modulation)
     and gated RMSNorm (whole rows)."""
-    # (the XLA-only RMSNorm conventions: the kernels refuse them, tests/test_variants_dtype.py)
-    return [op for op in _index.OPS
-            if op.fn.pallas and op.options.get("convention") not in XLA_ONLY]
+    # (the XLA-only conventions: the kernels refuse them, tests/test_variants_dtype.py)
+    return [op for op in _index.OPS if op.fn.pallas and _kernels_take(op)]
+
+
+def _kernels_take(op: _registry.Op) -> bool:
+    """Whether the kernels compute ``op``'s convention: LayerNorm's ``"torch"`` only, RMSNorm's
+    all but :data:`XLA_ONLY`."""
+    convention = op.options.get("convention")
+    if convention is None or op.fn.spec is None:
+        return True
+    if issubclass(op.fn.spec, LayerNormSpec):
+        return LN_ALIASES[convention] == "torch"
+    if issubclass(op.fn.spec, RMSNormSpec):
+        return RMS_ALIASES[convention] not in XLA_ONLY
+    return True
 
 
 def kernel_programs(op: _registry.Op, shape: tuple[int, ...], dtype: str, param_dtype: str | None = None) -> tuple[Any, Any, list[jax.Array]]:
