@@ -204,7 +204,7 @@ def _forward_stateful(
     mutable = module.is_mutable_collection("batch_stats")
     training = mutable if use_running_average is None else not use_running_average
     (out, new), stats = kind.apply(params, *inputs, cfg, state={n: v.value for n, v in variables.items()},
-                                   training=training)
+                                   training=training, **call)
     if new is not None and not module.is_initializing():
         if not mutable:
             raise ValueError(

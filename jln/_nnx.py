@@ -175,7 +175,7 @@ def forward(module: Module, inputs: tuple[Any, ...], call: dict[str, Any],
         eval_mode = call.pop("use_running_average", None)
         training = not (module.use_running_average if eval_mode is None else eval_mode)
         state = {n: getattr(module, n)[...] for n in kind.state(cfg, *(getattr(module, s.name) for s in kind.shapes))}
-        (out, new), stats = kind.apply(params, *inputs, cfg, state=state, training=training)
+        (out, new), stats = kind.apply(params, *inputs, cfg, state=state, training=training, **call)
         for name, value in (new or {}).items():
             getattr(module, name).value = value
         _sow(module, stats)

@@ -275,18 +275,27 @@ def masked_normalized(
     data clustered around a large offset; the saved mean is named as :func:`centered`'s.
     """
 
-    def masked_mean(v: Array) -> Array:
-        def total(u: Array) -> Array:
-            t = jnp.sum(u, axis=axes, keepdims=True)
-            return t if axis_name is None else _collective(lax.psum, t, axis_name, axis_index_groups)
-
-        return total(jnp.where(mask, v, 0)) / total(mask.astype(v.dtype))
+    def mean(v: Array) -> Array:
+        return masked_mean(v, mask, axes, axis_name, axis_index_groups)
 
     if not centered:
-        return x32 * inv_std(masked_mean(x32 * x32), eps)
-    xs = x32 - lax.stop_gradient(masked_mean(x32))
-    d = xs - checkpoint_name(masked_mean(xs), STAT_NAMES[0])
-    return d * inv_std(masked_mean(d * d), eps)
+        return x32 * inv_std(mean(x32 * x32), eps)
+    xs = x32 - lax.stop_gradient(mean(x32))
+    d = xs - checkpoint_name(mean(xs), STAT_NAMES[0])
+    return d * inv_std(mean(d * d), eps)
+
+
+def masked_mean(
+    v: Array, mask: Array, axes: tuple[int, ...], axis_name: Any = None, axis_index_groups: Any = None
+) -> Array:
+    """The mean of ``v`` over ``axes`` (keepdims) of the elements where ``mask`` is true (the
+    whole row's across ``axis_name``); a row with none gives NaN, as torch's masked mean."""
+
+    def total(u: Array) -> Array:
+        t = jnp.sum(u, axis=axes, keepdims=True)
+        return t if axis_name is None else _collective(lax.psum, t, axis_name, axis_index_groups)
+
+    return total(jnp.where(mask, v, 0)) / total(mask.astype(v.dtype))
 
 
 def inv_std(var: Array, eps: float) -> Array:

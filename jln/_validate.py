@@ -236,6 +236,26 @@ def check_axis_name(axis_name: Any, axis_index_groups: Any, fn: str) -> tuple[An
     return axis_name, groups
 
 
+def mask(fn: str, mask: Any, shape: tuple[int, ...], name: str = "mask") -> Any:
+    """``mask`` as a boolean array of ``shape`` (broadcast; nonzero is true), or ``None``."""
+    if mask is None:
+        return None
+    dt = getattr(mask, "dtype", None)
+    if dt is None or not (jnp.issubdtype(dt, jnp.bool_) or jnp.issubdtype(dt, jnp.number)):
+        raise TypeError(f"{fn}: `{name}` must be a boolean or numeric array (nonzero: the elements the "
+                        f"statistics are taken over); received {type(mask).__name__}"
+                        f"{'' if dt is None else f' of dtype {dt}'}.")
+    try:
+        fits = np.broadcast_shapes(tuple(jnp.shape(mask)), tuple(shape)) == tuple(shape)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{fn}: `{name}` must broadcast to x.shape={tuple(shape)}; received "
+                         f"{name}.shape={tuple(jnp.shape(mask))}.") from None
+    m = jnp.asarray(mask)
+    return jnp.broadcast_to(m if m.dtype == jnp.bool_ else m != jnp.zeros((), m.dtype), shape)
+
+
 def channel_axis(
     fn: str, x: Any, channel_axis: Any, min_ndim: int = 2,
     need: str = "a batch and a channel axis", fix: str = "Add a batch axis with x[None].",

@@ -152,6 +152,48 @@ def test_gradients(name):
     _check(name, grads=True)
 
 
+def test_pe_masked_group_norm_takes_torch_s_padding_mask():
+    # PE's encoders call norm(x, padding_mask=mask expanded to x): statistics over the unpadded
+    # frames, the padded ones zeroed. Converted, the module takes the same call
+    m, shape, _ = _build("PeAudioMaskedGroupNorm")
+    x = _x(shape)
+    pm = np.ones((2, 7), np.int64)
+    pm[0, 4:] = 0
+    pmx = np.broadcast_to(pm[:, None, :], shape).copy()
+    xt = torch.from_numpy(x).requires_grad_(True)
+    ref = m(xt, padding_mask=torch.from_numpy(pmx))
+    ct = _x(shape, seed=1)
+    ref.backward(torch.from_numpy(ct))
+    lin, variables = from_torch(m)
+    y, vjp = jax.vjp(lambda v: lin.apply(variables, v, padding_mask=jnp.asarray(pmx)), jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(y), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+    assert (np.asarray(y)[0, :, 4:] == 0).all()
+    np.testing.assert_allclose(np.asarray(vjp(jnp.asarray(ct))[0]), xt.grad.numpy(), rtol=1e-4, atol=1e-5)
+    nm = from_torch(m, api="nnx")
+    y_nnx = nm(jnp.asarray(x), padding_mask=jnp.asarray(pm[:, None, :]))  # a mask that broadcasts
+    np.testing.assert_allclose(np.asarray(y_nnx), np.asarray(y), rtol=1e-6, atol=1e-6)
+    # unmasked samples: the plain GroupNorm's numbers
+    np.testing.assert_allclose(np.asarray(y)[1], m(torch.from_numpy(x)).detach().numpy()[1], rtol=1e-5, atol=1e-6)
+    # bfloat16: torch takes the masked statistics op by op in bfloat16, jln in float32 rounded
+    # once; jln's error against float64 is the smaller (measured 2-4x)
+    mb = _build("PeAudioMaskedGroupNorm", torch.bfloat16)[0]
+    xb = torch.from_numpy(x).to(torch.bfloat16)
+    refb = mb(xb, padding_mask=torch.from_numpy(pmx)).detach().double().numpy()
+    linb, vb = from_torch(mb)
+    yb = linb.apply(vb, jnp.asarray(x).astype(jnp.bfloat16), padding_mask=jnp.asarray(pmx))
+    assert yb.dtype == jnp.bfloat16
+    xd = xb.double().view(2, 4, 8, 7)
+    mk = torch.from_numpy(pmx).reshape(2, 4, 8, 7).bool()
+    n = mk.sum((2, 3), keepdim=True)
+    mu = (xd * mk).sum((2, 3), keepdim=True) / n
+    var = ((xd - mu) ** 2 * mk).sum((2, 3), keepdim=True) / n
+    w, b = (t.detach().double().view(1, -1, 1) for t in (mb.weight, mb.bias))
+    ref64 = (((xd - mu) / torch.sqrt(var + mb.eps)).view(shape) * w + b).numpy() * pmx
+    assert np.abs(np.asarray(yb, np.float64) - ref64).max() <= np.abs(refb - ref64).max()
+    with pytest.raises(ValueError, match="padding_mask` must broadcast to x.shape=\\(2, 32, 7\\)"):
+        lin.apply(variables, jnp.asarray(x), padding_mask=jnp.ones((3, 7)))
+
+
 def test_group_norm_frame_axis_is_per_frame():
     # float64 reference: statistics per (sample, group, frame)
     x = _x((2, 4, 3, 5))

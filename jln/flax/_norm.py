@@ -34,7 +34,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.ad_checkpoint import checkpoint_name
 
 from jln import _dispatch, _eager, _stats, _validate
 from jln.families.batch_norm.spec import BatchStatSpec, RunningStatSpec
@@ -297,35 +296,8 @@ def stat_normalize(
         if m is None:
             y, mean, var = spec.body(x, *ops)
         else:
-            y, mean, var = jax.checkpoint(_masked_stats, policy=_stats.REMAT_POLICY, static_argnums=(0,))(
-                spec, x, m, *ops
-            )
+            y, mean, var = spec.masked_body(x, m, *ops)
     return y.reshape(shape), mean, var
-
-
-def _masked_stats(spec: BatchStatSpec, x: Array, mask: Array, *operands: Array | None) -> tuple[Array, Array, Array]:
-    """``spec``'s formula with the statistics over the ``mask``-ed elements: the mean about a
-    pivot (the masked mean rounded to the statistics dtype, so ``x - pivot`` is exact for data
-    clustered at a large offset), then the mean of squared deviations from it, as
-    :func:`jln._stats.masked_normalized` takes them; with ``axis_name`` the sums and counts are
-    the whole row's."""
-    axes, name, groups = spec.axes, spec.axis_name, spec.axis_index_groups
-    x32 = _stats.upcast(x)
-
-    def masked_mean(v: Array) -> Array:
-        def total(u: Array) -> Array:
-            t = jnp.sum(u, axis=axes, keepdims=True)
-            return t if name is None else lax.psum(t, name, axis_index_groups=groups)
-
-        return total(jnp.where(mask, v, 0)) / total(mask.astype(v.dtype))
-
-    pivot = lax.stop_gradient(masked_mean(x32))
-    xs = x32 - pivot
-    c = checkpoint_name(masked_mean(xs), _stats.STAT_NAMES[0])
-    d = xs - c
-    var = masked_mean(d * d)
-    y = spec.tail(d * _stats.inv_std(var, spec.eps), *operands)
-    return y, lax.stop_gradient(pivot + c), lax.stop_gradient(var)
 
 
 @_eager.compiled_when_eager("x", "scale", "bias", "mean", "var")

@@ -229,8 +229,8 @@ CONVERTERS: tuple[C.Converter, ...] = (
     ),
     C.Converter(
         "transformers PeAudioMaskedGroupNorm / PeAudioVideoMaskedGroupNorm / PeVideoMaskedGroupNorm and their "
-        "copies: the unmasked call (padding_mask=None) only",
-        "GroupNorm (called as (x); it takes no padding_mask)",
+        "copies",
+        "GroupNorm (called as torch's: (x) or (x, padding_mask=...))",
         C.of_package("transformers", C.computes_as(_PE, ("num_groups",), base="GroupNorm")),
         _conv_group_norm,
         LAYOUTS["GroupNorm"],

@@ -319,7 +319,7 @@ def instance_norm(
     )
 
 
-@_eager.compiled_when_eager("x", "scale", "bias")
+@_eager.compiled_when_eager("x", "scale", "bias", "mask")
 def group_norm(
     x: Array,
     num_groups: int,
@@ -331,6 +331,7 @@ def group_norm(
     impl: Impl = "auto",
     frame_axis: int | None = None,
     activation: OutputActivation | None = None,
+    mask: Array | None = None,
 ) -> Array:
     r"""Group normalization, numerically ``torch.nn.functional.group_norm``'s.
 
@@ -349,7 +350,9 @@ def group_norm(
     the frames into the batch: diffusers' ``CosmosCausalGroupNorm``, ``MochiChunkedGroupNorm3D``,
     ``MiniMaxH3VideoGroupNorm``). ``activation`` applies ``"relu"``, ``"silu"`` or ``"gelu"`` (erf)
     to the rounded output, computed in float32 and rounded once (transformers'
-    ``BitGroupNormActivation``).
+    ``BitGroupNormActivation``). ``mask`` takes each group's statistics over the elements where
+    it is nonzero only (the masked GroupNorm of transformers' PE audio/video encoders, whose
+    padded frames must not count); every element is still normalized with them.
 
     Args:
       x: floating array ``[N, C, *spatial]`` (or ``[N, *spatial, C]`` with ``channel_axis=-1``).
@@ -361,15 +364,18 @@ def group_norm(
       frame_axis: ``None`` (torch's GroupNorm), or an axis other than the batch and channel
         axes whose every index gets its own statistics (2 for ``[N, C, T, H, W]`` video).
       activation: ``None``, ``"relu"``, ``"silu"`` or ``"gelu"``, applied after the affine.
+      mask: optional boolean (or numeric: nonzero is true) array broadcastable to ``x``; a group
+        with no true element gives NaN, as torch's masked mean does.
 
     Returns:
       Array of ``x.shape`` and ``x.dtype``.
 
     Raises:
-      TypeError: non-floating ``x`` or parameter; ``frame_axis`` not an int.
+      TypeError: non-floating ``x`` or parameter; ``frame_axis`` not an int; ``mask`` not a
+        boolean or numeric array.
       ValueError: ``num_groups`` not a positive divisor of ``C``; a parameter not ``(C,)``;
         ``channel_axis`` 0 or out of range; ``frame_axis`` out of range, the batch or the
-        channel axis; an unknown ``activation``.
+        channel axis; an unknown ``activation``; ``mask`` not broadcastable to ``x``.
 
     Example:
       >>> import jax.numpy as jnp, numpy as np, jln
@@ -394,6 +400,7 @@ def group_norm(
         _validate.check_choice(activation, "activation", ACTIVATIONS, fn)
     frame = _frame_axis(fn, x, c, frame_axis)
     p = _per_channel(fn, x, c, scale=scale, bias=bias)
+    m = _validate.mask(fn, mask, tuple(x.shape))
     # channels split into (groups, channels per group), a part of size 1 left out: XLA:CPU's
     # backward is several times slower with a unit axis between the reduced ones
     split = tuple(n for n in (g, ch // g) if n > 1) or (1,)
@@ -408,7 +415,12 @@ def group_norm(
         kept += (frame + shift if frame > c else frame,)
     axes = tuple(a for a in range(1, xg.ndim) if a not in kept)
     spec = BatchStatSpec(axes=axes, eps=eps, out_dtype=x.dtype, torch_affine=True)
-    y, _, _ = _run(fn, spec, xg, (grouped(p["scale"]), grouped(p["bias"])))
+    operands = (grouped(p["scale"]), grouped(p["bias"]))
+    if m is None:
+        y, _, _ = _run(fn, spec, xg, operands)
+    else:
+        with jax.named_scope(fn):
+            y, _, _ = spec.masked_body(xg, m.reshape(xg.shape), *operands)
     return activate(y.reshape(x.shape), activation)
 
 

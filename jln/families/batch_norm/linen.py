@@ -163,7 +163,9 @@ class GroupNorm(_linen.Module):
     """GroupNorm with torch's numbers (``nn.GroupNorm(num_groups, num_channels)``): statistics per
     sample over each group's channels and the spatial axes, per-channel affine, eps 1e-5.
 
-    Calls :func:`jln.group_norm`. No running statistics.
+    Calls :func:`jln.group_norm`. No running statistics. ``padding_mask`` (array broadcastable to
+    ``x``, torch's keyword) is the masked GroupNorm of transformers' PE audio/video encoders: each
+    group's statistics over the mask's nonzero elements, the output multiplied by the mask.
 
     Attributes:
       num_groups: number of groups the channels are split into.
@@ -185,11 +187,13 @@ class GroupNorm(_linen.Module):
       activation: ``"relu"``, ``"silu"`` or ``"gelu"`` applied to the output (transformers'
         ``BitGroupNormActivation``); ``None``: none.
 
-    Returns (``__call__(x)``): array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
+    Returns (``__call__(x, padding_mask=None)``): array of ``x.shape``, dtype ``x.dtype`` (or
+    ``dtype``).
 
     Raises:
       TypeError, ValueError: ``num_channels`` not divisible by ``num_groups``, an input with another
-        channel count; as :func:`jln.group_norm` otherwise.
+        channel count, a ``padding_mask`` that does not broadcast to ``x``; as
+        :func:`jln.group_norm` otherwise.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -215,13 +219,13 @@ class GroupNorm(_linen.Module):
     activation: Literal["relu", "silu", "gelu"] | None = None
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, padding_mask: jax.Array | None = None) -> jax.Array:
         """The module on its inputs.
 
         Returns:
           array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
         """
-        return _linen.forward(self, (x,), {})
+        return _linen.forward(self, (x,), {"padding_mask": padding_mask})
 
 
 class FrozenBatchNorm(_linen.Module):

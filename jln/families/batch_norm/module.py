@@ -175,12 +175,18 @@ def apply_instance_norm(params: Any, x: Array, cfg: Any, *, state: dict[str, Any
     return _running(instance_norm, params, x, cfg, state, training)
 
 
-def apply_group_norm(params: Any, x: Array, cfg: Any, *, state: dict[str, Any], training: bool) -> Any:
-    """``jln.group_norm`` (no state)."""
+def apply_group_norm(params: Any, x: Array, cfg: Any, *, state: dict[str, Any], training: bool,
+                     padding_mask: Array | None = None) -> Any:
+    """``jln.group_norm`` (no state); with ``padding_mask``, its statistics over the mask's
+    nonzero elements and the output multiplied by it (PE's masked GroupNorm)."""
     _check_channels(cfg, x, cfg.num_channels, "jln GroupNorm")
-    y = group_norm(_in(x, cfg), cfg.num_groups, params.get("scale"), params.get("bias"), eps=cfg.eps,
+    x = _in(x, cfg)
+    mask = _validate.mask("jln GroupNorm", padding_mask, tuple(x.shape), "padding_mask")
+    y = group_norm(x, cfg.num_groups, params.get("scale"), params.get("bias"), eps=cfg.eps,
                    channel_axis=cfg.channel_axis, impl=cfg.impl, frame_axis=cfg.frame_axis,
-                   activation=cfg.activation)
+                   activation=cfg.activation, mask=mask)
+    if mask is not None:  # torch's x_norm * padding_mask (NaN where a group has no element)
+        y = y * mask.astype(y.dtype)
     return (y, None), None
 
 
@@ -234,13 +240,17 @@ INSTANCE_NORM = dataclasses.replace(
 )
 GROUP_NORM = dataclasses.replace(
     BATCH_NORM, name="GroupNorm", config=GroupNormConfig, specs=lambda cfg: affine_specs(cfg, cfg.num_channels),
-    apply=apply_group_norm, shapes=(), positional=2, call_options=(), state=lambda cfg: {},
+    apply=apply_group_norm, shapes=(), positional=2, state=lambda cfg: {},
+    call_options=(("padding_mask", None, "jax.Array | None"),),
     doc="GroupNorm with torch's numbers (``nn.GroupNorm(num_groups, num_channels)``): statistics per "
         "sample over each group's channels and the spatial axes, per-channel affine, eps 1e-5.\n\n"
-        "Calls :func:`jln.group_norm`. No running statistics.",
-    returns="(``__call__(x)``): array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).",
+        "Calls :func:`jln.group_norm`. No running statistics. ``padding_mask`` (array broadcastable to "
+        "``x``, torch's keyword) is the masked GroupNorm of transformers' PE audio/video encoders: each "
+        "group's statistics over the mask's nonzero elements, the output multiplied by the mask.",
+    returns="(``__call__(x, padding_mask=None)``): array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).",
     raises="TypeError, ValueError: ``num_channels`` not divisible by ``num_groups``, an input with "
-           "another channel count; as :func:`jln.group_norm` otherwise.",
+           "another channel count, a ``padding_mask`` that does not broadcast to ``x``; as "
+           ":func:`jln.group_norm` otherwise.",
     examples=(M.LINEN_IMPORTS + "  >>> x = jnp.ones((2, 4, 3))\n  >>> m = jnn.GroupNorm(num_groups=2, num_channels=4)\n"
               "  >>> m.apply(m.init(jax.random.key(0), x), x).shape\n  (2, 4, 3)",
               M.NNX_IMPORTS + "  >>> jnnx.GroupNorm(2, 4)(jnp.ones((2, 4, 3))).shape\n  (2, 4, 3)"),

@@ -248,7 +248,9 @@ class GroupNorm(_nnx.Module):
     """GroupNorm with torch's numbers (``nn.GroupNorm(num_groups, num_channels)``): statistics per
     sample over each group's channels and the spatial axes, per-channel affine, eps 1e-5.
 
-    Calls :func:`jln.group_norm`. No running statistics.
+    Calls :func:`jln.group_norm`. No running statistics. ``padding_mask`` (array broadcastable to
+    ``x``, torch's keyword) is the masked GroupNorm of transformers' PE audio/video encoders: each
+    group's statistics over the mask's nonzero elements, the output multiplied by the mask.
 
     The NNX twin of :class:`jln.linen.GroupNorm` (same options, parameters and numbers).
 
@@ -273,11 +275,13 @@ class GroupNorm(_nnx.Module):
         ``BitGroupNormActivation``); ``None``: none.
       rngs: unused (ones and zeros initializers); accepted for symmetry.
 
-    Returns (``__call__(x)``): array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
+    Returns (``__call__(x, padding_mask=None)``): array of ``x.shape``, dtype ``x.dtype`` (or
+    ``dtype``).
 
     Raises:
       TypeError, ValueError: ``num_channels`` not divisible by ``num_groups``, an input with another
-        channel count; as :func:`jln.group_norm` otherwise.
+        channel count, a ``padding_mask`` that does not broadcast to ``x``; as
+        :func:`jln.group_norm` otherwise.
 
     Example:
       >>> import jax.numpy as jnp
@@ -340,13 +344,13 @@ class GroupNorm(_nnx.Module):
             rngs,
         )
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, padding_mask: jax.Array | None = None) -> jax.Array:
         """The module on its inputs.
 
         Returns:
           array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
         """
-        return _nnx.forward(self, (x,), {})
+        return _nnx.forward(self, (x,), {"padding_mask": padding_mask})
 
 
 class FrozenBatchNorm(_nnx.Module):

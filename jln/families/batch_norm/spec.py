@@ -32,6 +32,7 @@ from typing import Any, Literal, get_args
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.ad_checkpoint import checkpoint_name
 
 from jln import _stats
 from jln._contract import NormSpec
@@ -90,6 +91,30 @@ class BatchStatSpec(NormSpec):
         if self.torch_affine and jnp.dtype(self.out_dtype).itemsize < 4:
             y = forward_as(self._torch_affine(x32, mean, lax.stop_gradient(var), scale, bias), y)
         return y.astype(self.out_dtype), lax.stop_gradient(mean), lax.stop_gradient(var)
+
+    def masked_body(self, x: Array, mask: Array, *operands: Array | None) -> tuple[Array, Array, Array]:
+        """:meth:`formula` with the statistics over the elements where ``mask`` (boolean, ``x``'s
+        shape) is true, under the remat policy: the mean about a pivot (the masked mean rounded
+        to the statistics dtype, so ``x - pivot`` is exact for data clustered at a large offset),
+        then the mean of squared deviations from it (:func:`jln._stats.masked_normalized`'s
+        statistics); every element is normalized with them and rounded once."""
+        return jax.checkpoint(type(self)._masked_formula, policy=_stats.REMAT_POLICY, static_argnums=(0,))(
+            self, x, mask, *operands
+        )
+
+    def _masked_formula(self, x: Array, mask: Array, *operands: Array | None) -> tuple[Array, Array, Array]:
+        x32 = _stats.upcast(x)
+
+        def mean(v: Array) -> Array:
+            return _stats.masked_mean(v, mask, self.axes, self.axis_name, self.axis_index_groups)
+
+        pivot = lax.stop_gradient(mean(x32))
+        xs = x32 - pivot
+        c = checkpoint_name(mean(xs), _stats.STAT_NAMES[0])
+        d = xs - c
+        var = mean(d * d)
+        y = self.tail(d * _stats.inv_std(var, self.eps), *operands)
+        return y, lax.stop_gradient(pivot + c), lax.stop_gradient(var)
 
     def _torch_affine(
         self, x32: Array, mean: Array, var: Array, scale: Array | None, bias: Array | None

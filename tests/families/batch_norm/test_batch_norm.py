@@ -199,6 +199,44 @@ def test_group_norm_keeps_accuracy_at_a_large_offset() -> None:
     assert np.abs(np.asarray(y) - ref).max() < 1e-3
 
 
+def test_masked_group_norm_takes_statistics_over_the_mask_only() -> None:
+    # (N, C, T) with the last frames of each sample padded: statistics over the kept frames (a
+    # float64 reference), every element normalized with them; jit, grad and errors as unmasked
+    n, c, t, g = 3, 8, 20, 4
+    x = _x((n, c, t), offset=3.0)
+    keep = np.arange(t)[None, :] < np.array([20, 13, 6])[:, None]  # (N, T)
+    mask = keep[:, None, :]  # broadcasts over channels
+    w, b = _x((c,), seed=1), _x((c,), seed=2)
+    y = jax.jit(jln.group_norm, static_argnums=1)(jnp.asarray(x), g, jnp.asarray(w), jnp.asarray(b), mask=jnp.asarray(mask))
+    xg = np.asarray(x, np.float64).reshape(n, g, c // g, t)
+    mg = np.broadcast_to(mask, x.shape).reshape(xg.shape)
+    cnt = mg.sum(axis=(2, 3), keepdims=True)
+    mu = np.where(mg, xg, 0).sum(axis=(2, 3), keepdims=True) / cnt
+    var = np.where(mg, (xg - mu) ** 2, 0).sum(axis=(2, 3), keepdims=True) / cnt
+    ref = ((xg - mu) / np.sqrt(var + 1e-5)).reshape(x.shape) * w[:, None] + b[:, None]
+    assert np.abs(np.asarray(y, np.float64) - ref).max() <= 2e-6 * np.abs(ref).max()
+    # padded elements change nothing in the kept ones; an all-true mask is the plain GroupNorm
+    x2 = np.where(mask, x, 1e3).astype(np.float32)
+    y2 = jln.group_norm(jnp.asarray(x2), g, jnp.asarray(w), jnp.asarray(b), mask=mask)
+    assert np.array_equal(np.asarray(y2)[np.broadcast_to(mask, x.shape)], np.asarray(y)[np.broadcast_to(mask, x.shape)])
+    full = jln.group_norm(jnp.asarray(x), g, jnp.asarray(w), jnp.asarray(b), mask=np.ones(x.shape, bool))
+    assert np.abs(np.asarray(full) - np.asarray(jln.group_norm(jnp.asarray(x), g, jnp.asarray(w), jnp.asarray(b)))).max() < 4e-6
+    # the gradient: float64 torch through the same masked formula
+    xt = torch.from_numpy(np.asarray(x, np.float64)).requires_grad_(True)
+    mt = torch.from_numpy(np.array(mg))
+    xgt = xt.reshape(xg.shape)
+    mut = torch.where(mt, xgt, 0).sum((2, 3), keepdim=True) / mt.sum((2, 3), keepdim=True)
+    vt = torch.where(mt, (xgt - mut) ** 2, 0).sum((2, 3), keepdim=True) / mt.sum((2, 3), keepdim=True)
+    yt = ((xgt - mut) / torch.sqrt(vt + 1e-5)).reshape(x.shape) * torch.from_numpy(w.astype(np.float64))[:, None]
+    torch.sin(yt).sum().backward()
+    gx = jax.grad(lambda x: jnp.sum(jnp.sin(jln.group_norm(x, g, jnp.asarray(w), mask=mask))))(jnp.asarray(x))
+    assert np.abs(np.asarray(gx, np.float64) - _np(xt.grad)).max() <= 1e-5 * np.abs(_np(xt.grad)).max()
+    with pytest.raises(ValueError, match=r"`mask` must broadcast to x.shape=\(3, 8, 20\); received mask.shape=\(3, 20\)"):
+        jln.group_norm(jnp.asarray(x), g, mask=keep)
+    with pytest.raises(TypeError, match="`mask` must be a boolean or numeric array"):
+        jln.group_norm(jnp.asarray(x), g, mask=[True, False])
+
+
 @pytest.mark.parametrize("dtype,floor", [("bfloat16", 0.9995), ("float16", 0.9980)])
 def test_group_norm_half_precision_on_offset_inputs_rounds_as_torch(dtype: str, floor: float) -> None:
     # torch's CPU GroupNorm applies x * s + (bias - mean * s), s = rstd * weight per channel; the
