@@ -81,9 +81,52 @@ class NormSpec:
         ``impl="pallas"``/``"native"`` refuse it with this reason."""
         return None
 
+    #: The fields holding axes of ``x`` (remapped when :meth:`body` drops unit axes).
+    axis_fields: ClassVar[tuple[str, ...]] = ("axes",)
+
     def body(self, x: Array, *operands: Array | None) -> Array:
         """The XLA body: :meth:`formula` under the remat policy, so reverse mode keeps ``x`` (own
-        dtype), the operands and the named per-row statistics, nothing else."""
+        dtype), the operands and the named per-row statistics, nothing else. Size-1 axes are
+        dropped first and restored after (the same numbers: XLA:CPU's reverse mode is several
+        times slower with a unit axis among the rows, e.g. ``(B, 1, D)``)."""
+        squeezed = self._without_unit_axes(x, operands)
+        if squeezed is not None:
+            spec, units, xs, ops = squeezed
+            out = spec._body(xs, *ops)
+            return jax.tree.map(lambda a: jnp.expand_dims(a, units) if a.ndim == xs.ndim else a, out)
+        return self._body(x, *operands)
+
+    def _without_unit_axes(
+        self, x: Array, operands: tuple[Array | None, ...]
+    ) -> tuple[NormSpec, tuple[int, ...], Array, tuple[Array | None, ...]] | None:
+        """``(spec, units, x, operands)`` with the size-1 axes ``units`` of ``x`` squeezed out of
+        ``x``, the operands (broadcast against ``x``) and the spec's axes (normalized size-1 axes
+        too, unless no normalized axis would remain); ``None`` when there are none or an operand
+        does not broadcast into ``x`` as it is."""
+        nd = x.ndim
+        units = tuple(i for i, n in enumerate(x.shape) if n == 1)
+        if any(all(a in units for a in (getattr(self, f) or ())) for f in self.axis_fields if getattr(self, f)):
+            units = tuple(i for i in units if i not in self.axes)  # keep a normalized axis
+        if not units or len(units) == nd:
+            return None
+        ops: list[Array | None] = []
+        for o in operands:
+            if o is None:
+                ops.append(None)
+                continue
+            lead = nd - o.ndim
+            if lead < 0 or any(o.shape[i - lead] != 1 for i in units if i >= lead):
+                return None
+            ops.append(jnp.squeeze(o, tuple(i - lead for i in units if i >= lead)))
+        new = {a: a - sum(u < a for u in units) for a in range(nd) if a not in units}
+
+        def remap(v: Any) -> Any:
+            return v if v is None else tuple(new[a] for a in v if a in new)
+
+        spec = dataclasses.replace(self, **{f: remap(getattr(self, f)) for f in self.axis_fields})  # type: ignore[arg-type]
+        return spec, units, jnp.squeeze(x, units), tuple(ops)
+
+    def _body(self, x: Array, *operands: Array | None) -> Array:
         if self.axis_name is not None and type(x).__name__ == "BatchTracer":
             # under vmap (its named axis, as axis_name), jax.checkpoint's partial evaluation
             # traces the statistics' derivative rule (its psum) where that axis is no longer

@@ -145,6 +145,7 @@ class LayerNormSpec(NormSpec):
     param_axes: tuple[int, ...] | None = None
 
     op = "layer_norm"
+    axis_fields = ("axes", "param_axes")
     operands = ("scale", "bias", "shift", "mscale")
     centered = True
     pallas = pallas_auto = True
