@@ -28,6 +28,7 @@ from jln.families.batch_norm.linen import GroupNorm as GroupNorm
 from jln.families.batch_norm.linen import InstanceNorm as InstanceNorm
 from jln.families.blocks.linen import DiTBlock as DiTBlock
 from jln.families.blocks.linen import TransformerEncoderLayer as TransformerEncoderLayer
+from jln.families.dyt.linen import DyT as DyT
 from jln.families.gated_rms_norm.linen import GatedRMSNorm as GatedRMSNorm
 from jln.families.layer_norm.linen import LayerNorm as LayerNorm
 from jln.families.local_response_norm.linen import LocalResponseNorm as LocalResponseNorm
@@ -57,6 +58,7 @@ __all__ = [
     "LocalResponseNorm",
     "GlobalResponseNorm",
     "LpNorm",
+    "DyT",
     "TransformerEncoderLayer",
     "DiTBlock",
 ]

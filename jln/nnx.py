@@ -27,6 +27,7 @@ from jln.families.batch_norm.nnx import GroupNorm as GroupNorm
 from jln.families.batch_norm.nnx import InstanceNorm as InstanceNorm
 from jln.families.blocks.nnx import DiTBlock as DiTBlock
 from jln.families.blocks.nnx import TransformerEncoderLayer as TransformerEncoderLayer
+from jln.families.dyt.nnx import DyT as DyT
 from jln.families.gated_rms_norm.nnx import GatedRMSNorm as GatedRMSNorm
 from jln.families.layer_norm.nnx import LayerNorm as LayerNorm
 from jln.families.local_response_norm.nnx import LocalResponseNorm as LocalResponseNorm
@@ -56,6 +57,7 @@ __all__ = [
     "LocalResponseNorm",
     "GlobalResponseNorm",
     "LpNorm",
+    "DyT",
     "TransformerEncoderLayer",
     "DiTBlock",
 ]
