@@ -28,6 +28,7 @@ from jln.families.layer_norm.function import layer_norm as layer_norm
 from jln.families.local_response_norm.function import local_response_norm as local_response_norm
 from jln.families.lp_norm.function import global_response_norm as global_response_norm
 from jln.families.lp_norm.function import lp_normalize as lp_normalize
+from jln.families.poly_norm.function import poly_norm as poly_norm
 from jln.families.rms_norm.function import CONVENTIONS as CONVENTIONS
 from jln.families.rms_norm.function import add_rms_norm as add_rms_norm
 from jln.families.rms_norm.function import rms_norm as rms_norm
@@ -78,4 +79,5 @@ __all__ = [
     "lp_normalize",
     "local_response_norm",
     "dyt",
+    "poly_norm",
 ]

@@ -19,6 +19,7 @@ from jln.families.gated_rms_norm import family as gated_rms_norm
 from jln.families.layer_norm import family as layer_norm
 from jln.families.local_response_norm import family as local_response_norm
 from jln.families.lp_norm import family as lp_norm
+from jln.families.poly_norm import family as poly_norm
 from jln.families.rms_norm import family as rms_norm
 
 #: Every family, in the order the registry sweeps them and the converters recognise torch
@@ -32,6 +33,7 @@ FAMILIES: tuple[Family, ...] = (
     local_response_norm.FAMILY,
     lp_norm.FAMILY,
     dyt.FAMILY,
+    poly_norm.FAMILY,
     blocks.FAMILY,
 )
 
