@@ -13,7 +13,8 @@ uses for ``y = gamma * tanh(alpha * x) + beta``.
   ``gamma * tanh(alpha * x) + beta`` there, one rounding to ``x.dtype`` (the output is always
   ``x.dtype``).
 
-float64 input computes in float64 in both (the roundings are no-ops). No statistics: reverse
+float64 input computes in float64 in both (the roundings are no-ops). In float32, XLA may fuse
+``gamma * t + beta`` into one multiply-add where torch rounds twice: one float32 ulp apart. No statistics: reverse
 mode keeps what XLA chooses; alpha's gradient is the sum over every element.
 """
 

@@ -66,9 +66,12 @@ CASES = [
     ("torch", "float16", "float16", 1.0),
     ("torch", "bfloat16", "float32", None),  # float32 output: torch promotes with the [1] alpha
     ("float32", "float32", "float32", None),
-    ("float32", "bfloat16", "bfloat16", 1.0),
-    ("float32", "bfloat16", "float32", 1.0),
-    ("float32", "float16", "float16", 0.999),  # XLA's float32 tanh is within ~2 ulp, torch's ~0.5
+    # rounded once from float32: XLA's float32 tanh is within ~2 ulp, torch's ~0.5, so a rare
+    # element lands on the other side of a half-precision rounding boundary (measured: bfloat16
+    # 1.0 here and 0.99995 on 64x1024, float16 0.99926 here)
+    ("float32", "bfloat16", "bfloat16", 0.9995),
+    ("float32", "bfloat16", "float32", 0.9995),
+    ("float32", "float16", "float16", 0.999),
 ]
 
 
