@@ -20,6 +20,7 @@ from jln.families.batch_norm.function import batch_norm as batch_norm
 from jln.families.batch_norm.function import frozen_batch_norm as frozen_batch_norm
 from jln.families.batch_norm.function import group_norm as group_norm
 from jln.families.batch_norm.function import instance_norm as instance_norm
+from jln.families.dyt.function import dyt as dyt
 from jln.families.gated_rms_norm.function import GATED_CONVENTIONS as GATED_CONVENTIONS
 from jln.families.gated_rms_norm.function import gated_rms_norm as gated_rms_norm
 from jln.families.layer_norm.function import add_layer_norm as add_layer_norm
@@ -27,6 +28,7 @@ from jln.families.layer_norm.function import layer_norm as layer_norm
 from jln.families.local_response_norm.function import local_response_norm as local_response_norm
 from jln.families.lp_norm.function import global_response_norm as global_response_norm
 from jln.families.lp_norm.function import lp_normalize as lp_normalize
+from jln.families.poly_norm.function import poly_norm as poly_norm
 from jln.families.rms_norm.function import CONVENTIONS as CONVENTIONS
 from jln.families.rms_norm.function import add_rms_norm as add_rms_norm
 from jln.families.rms_norm.function import rms_norm as rms_norm
@@ -76,4 +78,6 @@ __all__ = [
     "global_response_norm",
     "lp_normalize",
     "local_response_norm",
+    "dyt",
+    "poly_norm",
 ]

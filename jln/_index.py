@@ -14,10 +14,12 @@ from jln._registry import Family, Function, Op
 from jln.families.adaptive import family as adaptive
 from jln.families.batch_norm import family as batch_norm
 from jln.families.blocks import family as blocks
+from jln.families.dyt import family as dyt
 from jln.families.gated_rms_norm import family as gated_rms_norm
 from jln.families.layer_norm import family as layer_norm
 from jln.families.local_response_norm import family as local_response_norm
 from jln.families.lp_norm import family as lp_norm
+from jln.families.poly_norm import family as poly_norm
 from jln.families.rms_norm import family as rms_norm
 
 #: Every family, in the order the registry sweeps them and the converters recognise torch
@@ -30,6 +32,8 @@ FAMILIES: tuple[Family, ...] = (
     batch_norm.FAMILY,
     local_response_norm.FAMILY,
     lp_norm.FAMILY,
+    dyt.FAMILY,
+    poly_norm.FAMILY,
     blocks.FAMILY,
 )
 

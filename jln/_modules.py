@@ -70,6 +70,17 @@ class ParamSpec:
 
 ones = jax.nn.initializers.ones
 zeros = jax.nn.initializers.zeros
+
+
+def constant(value: float) -> Callable[..., Array]:
+    """An initializer filling every entry with ``value``; like ``ones`` and ``zeros`` it ignores
+    the key, so an NNX module built with it needs no ``rngs`` (DyT's ``alpha``, PolyNorm's 1/3)."""
+
+    def init(key: Array, shape: Any, dtype: Any = jnp.float32) -> Array:
+        return jnp.full(shape, value, dtype)
+
+    init.keyless = True  # type: ignore[attr-defined]
+    return init
 #: torch ``nn.Linear``'s default kernel init (kaiming_uniform with a=sqrt(5)),
 #: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
 dense_kernel_init = jax.nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")

@@ -34,7 +34,7 @@ class Params(nnx.Module):
 
 
 def _key(spec: M.ParamSpec, rngs: nnx.Rngs | None, fn: str) -> Any:
-    if spec.init in (M.ones, M.zeros):
+    if spec.init in (M.ones, M.zeros) or getattr(spec.init, "keyless", False):
         return jax.random.key(0)  # constant initializers ignore the key
     if rngs is None:
         raise TypeError(

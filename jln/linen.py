@@ -28,11 +28,13 @@ from jln.families.batch_norm.linen import GroupNorm as GroupNorm
 from jln.families.batch_norm.linen import InstanceNorm as InstanceNorm
 from jln.families.blocks.linen import DiTBlock as DiTBlock
 from jln.families.blocks.linen import TransformerEncoderLayer as TransformerEncoderLayer
+from jln.families.dyt.linen import DyT as DyT
 from jln.families.gated_rms_norm.linen import GatedRMSNorm as GatedRMSNorm
 from jln.families.layer_norm.linen import LayerNorm as LayerNorm
 from jln.families.local_response_norm.linen import LocalResponseNorm as LocalResponseNorm
 from jln.families.lp_norm.linen import GlobalResponseNorm as GlobalResponseNorm
 from jln.families.lp_norm.linen import LpNorm as LpNorm
+from jln.families.poly_norm.linen import PolyNorm as PolyNorm
 from jln.families.rms_norm.linen import RMSNorm as RMSNorm
 
 __all__ = [
@@ -57,6 +59,8 @@ __all__ = [
     "LocalResponseNorm",
     "GlobalResponseNorm",
     "LpNorm",
+    "DyT",
+    "PolyNorm",
     "TransformerEncoderLayer",
     "DiTBlock",
 ]

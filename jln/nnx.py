@@ -27,11 +27,13 @@ from jln.families.batch_norm.nnx import GroupNorm as GroupNorm
 from jln.families.batch_norm.nnx import InstanceNorm as InstanceNorm
 from jln.families.blocks.nnx import DiTBlock as DiTBlock
 from jln.families.blocks.nnx import TransformerEncoderLayer as TransformerEncoderLayer
+from jln.families.dyt.nnx import DyT as DyT
 from jln.families.gated_rms_norm.nnx import GatedRMSNorm as GatedRMSNorm
 from jln.families.layer_norm.nnx import LayerNorm as LayerNorm
 from jln.families.local_response_norm.nnx import LocalResponseNorm as LocalResponseNorm
 from jln.families.lp_norm.nnx import GlobalResponseNorm as GlobalResponseNorm
 from jln.families.lp_norm.nnx import LpNorm as LpNorm
+from jln.families.poly_norm.nnx import PolyNorm as PolyNorm
 from jln.families.rms_norm.nnx import RMSNorm as RMSNorm
 
 __all__ = [
@@ -56,6 +58,8 @@ __all__ = [
     "LocalResponseNorm",
     "GlobalResponseNorm",
     "LpNorm",
+    "DyT",
+    "PolyNorm",
     "TransformerEncoderLayer",
     "DiTBlock",
 ]

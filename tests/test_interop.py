@@ -146,6 +146,7 @@ CASES = [
         cond=COND,
         modes=("f32", "bf16"),
     ),
+    Case("diffusers.DynamicTanh", lambda: _hf("diffusers.models.autoencoders.autoencoder_same", "DynamicTanh")(D)),
     Case("torch.Linear", lambda: torch.nn.Linear(D, COND), modes=("f32", "bf16"), bf16_exact=False),
 ]
 CASE_BY_ID = {c.id: c for c in CASES}

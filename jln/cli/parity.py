@@ -307,6 +307,11 @@ def _module_specs() -> tuple[ModuleSpec, ...]:
             lambda: _diffusers("AdaLayerNormContinuous", d, 16, elementwise_affine=True, eps=1e-6),
             ((2, 5, d), (2, 16)), needs="diffusers",
         ),
+        ModuleSpec(
+            "module:DynamicTanh[nnx]",
+            lambda: importlib.import_module("diffusers.models.autoencoders.autoencoder_same").DynamicTanh(d),
+            seq, api="nnx", needs="diffusers",
+        ),
         ModuleSpec("module:nn.GroupNorm[linen]", lambda: nn.GroupNorm(4, d), img),
         ModuleSpec("module:nn.InstanceNorm2d[nnx]", lambda: nn.InstanceNorm2d(d, affine=True), img, api="nnx"),
         ModuleSpec("module:nn.BatchNorm2d[linen,eval]", lambda: _with_running_stats(nn.BatchNorm2d(d)), img),

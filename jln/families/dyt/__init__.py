@@ -1,0 +1,1 @@
+"""The dyt family (see :mod:`jln.families`)."""

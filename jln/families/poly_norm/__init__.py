@@ -1,0 +1,1 @@
+"""The poly_norm family (see :mod:`jln.families`)."""
