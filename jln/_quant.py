@@ -232,7 +232,9 @@ def divide(a: Array, c: float) -> Array:
     """``a / c`` correctly rounded. XLA rewrites a division by a constant into a multiplication
     by its (rounded) reciprocal, which differs in the last bit of half the quotients (measured:
     5462 of 10000 float32 values over 448 on CPU); the barrier hides the constant from it."""
-    return a / jax.lax.optimization_barrier(jnp.full(a.shape, c, a.dtype))
+    # (the divisor is built from `a` itself, so under vmap too it is no broadcast, which XLA
+    # would also turn into a multiply; `a` here is finite, an amax)
+    return a / jax.lax.optimization_barrier(a * 0 + jnp.asarray(c, a.dtype))
 
 
 def dynamic_scale(amax: Array, quant: Quant) -> Array:
@@ -290,6 +292,29 @@ def check_layout(fn: str, quant: Quant, shape: tuple[int, ...], axes: tuple[int,
     elif history is not None:
         raise ValueError(f"{fn}: `amax_history` is read by scaling='delayed' only; received it with "
                          f"scaling={quant.scaling!r}. Drop it.")
+
+
+def check_call(
+    fn: str, quantize: Any, history: Any, return_stats: Any, shape: tuple[int, ...], axes: tuple[int, ...],
+    axis_name: Any,
+) -> Quant | None:
+    """Check a norm call's ``quantize``, ``amax_history`` and ``return_stats`` (before tracing)."""
+    if not isinstance(return_stats, bool):
+        raise TypeError(f"{fn}: `return_stats` must be a bool; received {return_stats!r}.")
+    if quantize is None:
+        if history is not None:
+            raise ValueError(f"{fn}: `amax_history` is read with quantize=jln.Quant(scaling='delayed') only; "
+                             f"received it without `quantize`. Drop it, or pass quantize=.")
+        return None
+    if not isinstance(quantize, Quant):
+        raise TypeError(f"{fn}: `quantize` must be a jln.Quant or None; received {quantize!r}. Pass e.g. "
+                        f"quantize=jln.Quant(dtype='float8_e4m3fn', scaling='row').")
+    if axis_name is not None and quantize.scaling in ("row", "tensor", "delayed"):
+        raise ValueError(f"{fn}: scaling={quantize.scaling!r} takes an amax over the whole row or tensor, which "
+                         f"jln does not gather across `axis_name` yet; quantize after the call, or use "
+                         f"scaling='static' or 'mxfp8' (block-local).")
+    check_layout(fn, quantize, shape, axes, history)
+    return quantize
 
 
 def _codes(y: Array, history: Array | None, quant: Quant, axes: tuple[int, ...]) -> tuple[Array, Array, Array | None]:
