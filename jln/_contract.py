@@ -81,7 +81,7 @@ class NormSpec:
         ``impl="pallas"``/``"native"`` refuse it with this reason."""
         return None
 
-    def row_stats(self, x: Array) -> tuple[Array | None, Array]:
+    def row_stats(self, x: Array, *operands: Array | None) -> tuple[Array | None, Array]:
         """``(mean, rstd)`` of ``x``'s rows in the statistics dtype, keepdims (``mean`` is
         ``None`` for uncentred families): what ``return_stats=True`` returns."""
         raise NotImplementedError

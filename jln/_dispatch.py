@@ -118,5 +118,5 @@ def apply_with(
         y = _quant.quantize(y, quant, spec.axes, amax_history)
     result = (y,) if addends is None else (y, s)
     if return_stats:
-        result = (*result, _quant.Stats(*spec.row_stats(x)))
+        result = (*result, _quant.Stats(*spec.row_stats(x, *operands)))
     return result[0] if len(result) == 1 else result

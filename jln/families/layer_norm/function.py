@@ -242,7 +242,7 @@ def layer_norm(
 
 
 
-@_eager.compiled_when_eager("x", "residual", "scale", "bias")
+@overload
 def add_layer_norm(
     x: Array,
     residual: Array,
@@ -256,7 +256,90 @@ def add_layer_norm(
     impl: Impl = "auto",
     axis_name: Any = None,
     axis_index_groups: Any = None,
-) -> tuple[Array, Array]:
+    quantize: None = None,
+    amax_history: Array | None = None,
+    return_stats: Literal[False] = False,
+) -> tuple[Array, Array]: ...
+
+
+@overload
+def add_layer_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    bias: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-5,
+    convention: LayerNormConvention = "torch",
+    residual_in_fp32: bool = False,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant,
+    amax_history: Array | None = None,
+    return_stats: Literal[False] = False,
+) -> tuple[Quantized, Array]: ...
+
+
+@overload
+def add_layer_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    bias: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-5,
+    convention: LayerNormConvention = "torch",
+    residual_in_fp32: bool = False,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: None = None,
+    amax_history: Array | None = None,
+    return_stats: Literal[True],
+) -> tuple[Array, Array, Stats]: ...
+
+
+@overload
+def add_layer_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    bias: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-5,
+    convention: LayerNormConvention = "torch",
+    residual_in_fp32: bool = False,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant,
+    amax_history: Array | None = None,
+    return_stats: Literal[True],
+) -> tuple[Quantized, Array, Stats]: ...
+
+
+@_eager.compiled_when_eager("x", "residual", "scale", "bias", "amax_history")
+def add_layer_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    bias: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-5,
+    convention: LayerNormConvention = "torch",
+    residual_in_fp32: bool = False,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant | None = None,
+    amax_history: Array | None = None,
+    return_stats: bool = False,
+) -> Any:
     r"""Pre-norm residual step fused: ``s = x + residual``; returns ``(layer_norm(s), s)``.
 
     .. math::
@@ -272,12 +355,14 @@ def add_layer_norm(
       residual_in_fp32: compute and return ``s`` in float32 (float64 stays float64) so the
         residual stream does not accumulate bfloat16/float16 rounding across layers.
       impl, axis_name, axis_index_groups: as in :func:`layer_norm`.
+      quantize, amax_history: as in :func:`layer_norm` (``normed`` quantized, ``s`` not).
+      return_stats: also return :class:`jln.Stats` ``(mean, rstd)`` of ``s`` (third).
 
     Returns:
       ``(normed, s)``: ``normed`` has ``x.shape`` and the dtype the convention gives for an
       ``x.dtype`` input (``x.dtype`` for ``"torch"``); ``s`` has the promoted dtype
       of ``x`` and ``residual`` (float32 at least with ``residual_in_fp32``). Reverse mode keeps
-      ``s`` and per-row statistics only.
+      ``s`` and per-row statistics only. With ``return_stats``: ``(normed, s, stats)``.
 
     Raises:
       TypeError, ValueError, NameError: as :func:`layer_norm`, and ``ValueError`` if ``x``
@@ -298,5 +383,7 @@ def add_layer_norm(
         axes=axes, eps=_validate.check_eps(eps, fn), out_dtype=out, convention=conv, io_dtype=s.dtype,
         **_validate.dist(fn, impl, axis_name, axis_index_groups),
     )
-    y, s = _dispatch.apply(fn, impl, spec, s, (sc, b, None, None), addends=(x, residual))
-    return y, s
+    return _dispatch.apply_with(
+        fn, impl, spec, s, (sc, b, None, None), addends=(x, residual), quantize=quantize,
+        amax_history=amax_history, return_stats=return_stats,
+    )

@@ -179,7 +179,7 @@ class LayerNormSpec(NormSpec):
         y = _stats.normalized(x32, self.axes, self.eps, (d, var), self.axis_name, groups)
         return self.tail(y, *operands)
 
-    def row_stats(self, x: Array) -> tuple[Array | None, Array]:
+    def row_stats(self, x: Array, *operands: Array | None) -> tuple[Array | None, Array]:
         """``(mean, rstd)`` of ``x``'s rows (``rstd = rsqrt(var + eps)``, biased variance) in
         the statistics dtype, keepdims: the statistics the formula uses."""
         x32 = _stats.upcast(x)

@@ -230,7 +230,7 @@ def rms_norm(
     )
 
 
-@_eager.compiled_when_eager("x", "residual", "scale")
+@overload
 def add_rms_norm(
     x: Array,
     residual: Array,
@@ -243,7 +243,86 @@ def add_rms_norm(
     impl: Impl = "auto",
     axis_name: Any = None,
     axis_index_groups: Any = None,
-) -> tuple[Array, Array]:
+    quantize: None = None,
+    amax_history: Array | None = None,
+    return_stats: Literal[False] = False,
+) -> tuple[Array, Array]: ...
+
+
+@overload
+def add_rms_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float | None = None,
+    convention: RMSConvention = "torch",
+    residual_in_fp32: bool = False,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant,
+    amax_history: Array | None = None,
+    return_stats: Literal[False] = False,
+) -> tuple[Quantized, Array]: ...
+
+
+@overload
+def add_rms_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float | None = None,
+    convention: RMSConvention = "torch",
+    residual_in_fp32: bool = False,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: None = None,
+    amax_history: Array | None = None,
+    return_stats: Literal[True],
+) -> tuple[Array, Array, Stats]: ...
+
+
+@overload
+def add_rms_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float | None = None,
+    convention: RMSConvention = "torch",
+    residual_in_fp32: bool = False,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant,
+    amax_history: Array | None = None,
+    return_stats: Literal[True],
+) -> tuple[Quantized, Array, Stats]: ...
+
+
+@_eager.compiled_when_eager("x", "residual", "scale", "amax_history")
+def add_rms_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float | None = None,
+    convention: RMSConvention = "torch",
+    residual_in_fp32: bool = False,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant | None = None,
+    amax_history: Array | None = None,
+    return_stats: bool = False,
+) -> Any:
     r"""Pre-norm residual step fused: ``s = x + residual``; returns ``(rms_norm(s), s)``.
 
     The norm follows :func:`rms_norm`'s ``convention`` applied to ``s`` as it is (unrounded
@@ -256,10 +335,17 @@ def add_rms_norm(
       scale, axis, eps, convention: as in :func:`rms_norm`.
       residual_in_fp32: compute and return ``s`` in float32 (float64 stays float64).
       impl, axis_name, axis_index_groups: as in :func:`rms_norm`.
+      quantize, amax_history: as in :func:`rms_norm`: ``normed`` is then a
+        :class:`jln.Quantized` (``s`` is never quantized). vLLM's
+        ``fused_add_rms_norm_static_fp8_quant`` is :func:`add_rms_norm` with
+        ``convention="llama"`` and ``Quant(scaling="static", scale=...)``; flashinfer's
+        ``fused_add_rmsnorm_quant`` with ``convention="torch"`` and ``source="float32"``.
+      return_stats: also return :class:`jln.Stats` of ``s`` (third in the tuple).
 
     Returns:
       ``(normed, s)``; ``s`` has the promoted dtype of the inputs (float32 at least with
-      ``residual_in_fp32``). Reverse mode keeps ``s`` and per-row rstd only.
+      ``residual_in_fp32``). Reverse mode keeps ``s`` and per-row rstd only. With
+      ``return_stats``: ``(normed, s, stats)``.
 
     Raises:
       TypeError, ValueError, NameError: as :func:`rms_norm`; ``ValueError`` if the shapes
@@ -277,5 +363,7 @@ def add_rms_norm(
     # the convention gives for an x.dtype input
     spec, sc, _ = _spec(fn, s, scale, None, axis, eps, convention, x.dtype, impl, axis_name, axis_index_groups)
     spec = dataclasses.replace(spec, io_dtype=s.dtype)
-    y, s = _dispatch.apply(fn, impl, spec, s, (sc, None), addends=(x, residual))
-    return y, s
+    return _dispatch.apply_with(
+        fn, impl, spec, s, (sc, None), addends=(x, residual), quantize=quantize, amax_history=amax_history,
+        return_stats=return_stats,
+    )

@@ -174,7 +174,7 @@ class RMSNormSpec(NormSpec):
         h = _stats.normalized(x32, self.axes, self.eps, None, name, groups)
         return self.tail(h, *operands)
 
-    def row_stats(self, x: Array) -> tuple[Array | None, Array]:
+    def row_stats(self, x: Array, *operands: Array | None) -> tuple[Array | None, Array]:
         """``(None, rstd)``: ``rsqrt(mean(f(x)^2) + eps)`` (seed: ``1 / max(||x|| n^-1/2, eps)``)
         of ``x`` as the call receives it, in the statistics dtype, keepdims."""
         x32 = _stats.upcast(x)
