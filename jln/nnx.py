@@ -29,14 +29,18 @@ from jln.families.blocks.nnx import DiTBlock as DiTBlock
 from jln.families.blocks.nnx import TransformerEncoderLayer as TransformerEncoderLayer
 from jln.families.gated_rms_norm.nnx import GatedRMSNorm as GatedRMSNorm
 from jln.families.layer_norm.nnx import LayerNorm as LayerNorm
+from jln.families.layer_norm.nnx import QuantizedLayerNorm as QuantizedLayerNorm
 from jln.families.local_response_norm.nnx import LocalResponseNorm as LocalResponseNorm
 from jln.families.lp_norm.nnx import GlobalResponseNorm as GlobalResponseNorm
 from jln.families.lp_norm.nnx import LpNorm as LpNorm
+from jln.families.rms_norm.nnx import QuantizedRMSNorm as QuantizedRMSNorm
 from jln.families.rms_norm.nnx import RMSNorm as RMSNorm
 
 __all__ = [
     "LayerNorm",
+    "QuantizedLayerNorm",
     "RMSNorm",
+    "QuantizedRMSNorm",
     "GatedRMSNorm",
     "AdaptiveLayerNorm",
     "AdaLNZero",
