@@ -162,7 +162,8 @@ class Quantized:
     ``carrier`` is a zero array of the unquantized output's shape and dtype (``None`` in a
     ``Quantized`` built by hand): :meth:`dequantize` adds it, so reverse mode hands the
     cotangent of :meth:`dequantize`'s output to the norm unchanged (the straight-through
-    estimator). Under ``jit`` it is a constant XLA folds into the add.
+    estimator). Inside a ``jit`` that consumes it, it is a constant XLA folds into the add;
+    returned from a ``jit`` or an eager call it is a real array, which :meth:`detach` drops.
     """
 
     values: Array
@@ -182,6 +183,11 @@ class Quantized:
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.values.shape)
+
+    def detach(self) -> Quantized:
+        """This result without its ``carrier``: what to keep or return from a ``jit`` when no
+        gradient will flow (a returned carrier is a real array of the output's size)."""
+        return Quantized(self.values, self.scale, self.amax_history, None, self.block)
 
     def dequantize(self, dtype: Any = jnp.float32) -> Array:
         """``values * scale`` in float32, cast to ``dtype``.

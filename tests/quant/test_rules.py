@@ -154,6 +154,9 @@ def test_hashable_and_pytree() -> None:
     leaves, tree = jax.tree_util.tree_flatten(q)
     back = jax.tree_util.tree_unflatten(tree, leaves)
     assert back.block == 32 and back.shape == (2, 32)
+    bare = q.detach()
+    assert bare.carrier is None and len(jax.tree_util.tree_leaves(bare)) == 2
+    np.testing.assert_array_equal(np.asarray(bare.dequantize()), np.asarray(q.dequantize()))
 
 
 @pytest.mark.parametrize(
