@@ -38,10 +38,42 @@ def test_linen_nnx_function_agree(name: str, quant: jln.Quant | None) -> None:
 
 
 def test_module_options_checked() -> None:
-    with pytest.raises(ValueError, match="do not hold yet"):
-        jnn.QuantizedRMSNorm(quantize=jln.Quant(scaling="delayed"))
+    with pytest.raises(ValueError, match="`amax_history_len` must be an int >= 1"):
+        jnn.QuantizedRMSNorm(quantize=jln.Quant(scaling="delayed"), amax_history_len=0)
     with pytest.raises(TypeError, match="must be a jln.Quant or None"):
         jnnx.QuantizedLayerNorm(64, quantize="fp8")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["QuantizedRMSNorm", "QuantizedLayerNorm"])
+def test_delayed_state_linen_and_nnx(name: str) -> None:
+    """The amax history is state: linen updates it in a mutable apply, NNX in training mode;
+    both give the function's codes, scales and histories step by step."""
+    quant = jln.Quant(scaling="delayed")
+    fn = jln.rms_norm if name == "QuantizedRMSNorm" else jln.layer_norm
+    lin = getattr(jnn, name)(quantize=quant, amax_history_len=4)
+    variables = lin.init(jax.random.key(0), X)
+    assert variables["batch_stats"]["amax_history"].shape == (4,)
+    mod = getattr(jnnx, name)(64, quantize=quant, amax_history_len=4)
+    hist = jnp.zeros(4, jnp.float32)
+    for step in range(3):
+        x = X * (step + 1.0)
+        q_fn = fn(x, jnp.ones(64, jnp.float32), quantize=quant, amax_history=hist)
+        q_lin, updates = lin.apply(variables, x, mutable=["batch_stats"])
+        variables = {**variables, **updates}
+        q_nnx = mod(x)
+        assert q_fn.amax_history is not None
+        for q in (q_lin, q_nnx):
+            np.testing.assert_array_equal(bits(q.values), bits(q_fn.values))
+            np.testing.assert_array_equal(np.asarray(q.scale), np.asarray(q_fn.scale))
+        np.testing.assert_array_equal(np.asarray(variables["batch_stats"]["amax_history"]), np.asarray(q_fn.amax_history))
+        np.testing.assert_array_equal(np.asarray(mod.amax_history[...]), np.asarray(q_fn.amax_history))
+        hist = q_fn.amax_history
+    # eval: the history is read, not updated
+    before = np.asarray(mod.amax_history[...])
+    mod.eval()
+    mod(X)
+    np.testing.assert_array_equal(np.asarray(mod.amax_history[...]), before)
+    lin.apply(variables, X)  # not mutable: uses the history, no error
 
 
 def test_nnx_training_loop_row_fp8() -> None:

@@ -79,10 +79,11 @@ LayerNormConfig = make_config("LayerNormConfig", _LN_OPTIONS, _check_layer_norm)
 def _check_quantized_layer_norm(cfg: Any) -> None:
     _check_layer_norm(cfg)
     rms_module.check_module_quant(cfg.quantize, "jln QuantizedLayerNorm")
+    rms_module.check_history_len(cfg, "jln QuantizedLayerNorm")
 
 
 QuantizedLayerNormConfig = make_config(
-    "QuantizedLayerNormConfig", (*_LN_OPTIONS, rms_module.QUANTIZE), _check_quantized_layer_norm,
+    "QuantizedLayerNormConfig", (*_LN_OPTIONS, rms_module.QUANTIZE, rms_module.AMAX_HISTORY_LEN), _check_quantized_layer_norm,
 )
 
 
@@ -107,9 +108,11 @@ def apply_layer_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
     return apply_norm(layer_norm, params, x, cfg, "jln LayerNorm", **_options(cfg))
 
 
-def apply_quantized_layer_norm(params: Params, x: Array, cfg: Any) -> tuple[Any, Stats]:
+def apply_quantized_layer_norm(params: Params, x: Array, cfg: Any, *, state: dict[str, Any],
+                               training: bool) -> tuple[tuple[Any, Any], Stats]:
     """``jln.layer_norm(x, scale, bias, quantize=...)``, as :class:`LayerNorm`'s call."""
-    return rms_module.apply_quantized(layer_norm, params, x, cfg, "jln QuantizedLayerNorm", **_options(cfg))
+    return rms_module.apply_quantized(layer_norm, params, x, cfg, "jln QuantizedLayerNorm", state, training,
+                                      **_options(cfg))
 
 
 
@@ -135,11 +138,10 @@ QUANTIZED_LAYER_NORM = Kind(
         "parameters, and ``quantize``.\n\nThe call is :func:`jln.layer_norm` with ``quantize=``; gradients "
         "pass straight through :meth:`jln.Quantized.dequantize` (see the quantization guide).",
     returns="(``__call__(x)``): a :class:`jln.Quantized` (codes of ``x.shape`` and their scales).",
-    raises="TypeError, ValueError: as :class:`LayerNorm`, and for a ``quantize`` that is no :class:`jln.Quant` "
-           "or uses delayed scaling.",
+    raises="TypeError, ValueError: as :class:`LayerNorm`, and for a ``quantize`` that is no :class:`jln.Quant`.",
     examples=(LINEN_IMPORTS + "  >>> import jln\n  >>> m = jnn.QuantizedLayerNorm(quantize=jln.Quant(dtype=\"int8\"))\n"
               "  >>> x = jnp.arange(8.0).reshape(2, 4)\n  >>> m.apply(m.init(jax.random.key(0), x), x).values.dtype\n"
               "  dtype('int8')",
               NNX_IMPORTS + "  >>> jnnx.QuantizedLayerNorm(4)(jnp.arange(8.0).reshape(2, 4)).scale.shape\n  (2, 1)"),
-    rngs_doc=NORM_RNGS, shapes=(NUM_FEATURES,), output="Quantized",
+    rngs_doc=NORM_RNGS, shapes=(NUM_FEATURES,), output="Quantized", state=rms_module.quant_state,
 )

@@ -213,15 +213,20 @@ class QuantizedLayerNorm(_nnx.Module):
         ``axis=-1`` on ``[batch, heads, seq, head_dim]``: one LayerNorm per head, parameters
         ``(heads, head_dim)`` (NNX: ``num_features`` is that shape). ``None``: ``axis``. Runs on the
         XLA path.
-      quantize: how the output is quantized (a :class:`jln.Quant`; not ``"delayed"``); ``None``:
-        ``jln.Quant()``, float8_e4m3fn with one scale per row.
+      quantize: how the output is quantized (a :class:`jln.Quant`); ``None``: ``jln.Quant()``,
+        float8_e4m3fn with one scale per row. With ``scaling="delayed"`` the module keeps the amax
+        history as state (linen: the ``"batch_stats"`` collection, updated by ``apply(...,
+        mutable=["batch_stats"])``; NNX: an ``nnx.BatchStat``, updated in training mode), as
+        BatchNorm keeps its running statistics.
+      amax_history_len: the length of the delayed-scaling amax history (TransformerEngine's default
+        1024); read with ``scaling="delayed"`` only.
       rngs: the key of an initializer other than ones and zeros; otherwise unused.
 
     Returns (``__call__(x)``): a :class:`jln.Quantized` (codes of ``x.shape`` and their scales).
 
     Raises:
       TypeError, ValueError: as :class:`LayerNorm`, and for a ``quantize`` that is no
-        :class:`jln.Quant` or uses delayed scaling.
+        :class:`jln.Quant`.
 
     Example:
       >>> import jax.numpy as jnp
@@ -236,6 +241,7 @@ class QuantizedLayerNorm(_nnx.Module):
     num_features: tuple[int, ...]
     scale: nnx.Param[jax.Array] | None = None
     bias: nnx.Param[jax.Array] | None = None
+    use_running_average: bool
     eps: float
     axis: Axis
     use_scale: bool
@@ -253,6 +259,7 @@ class QuantizedLayerNorm(_nnx.Module):
     torch_names: TorchNames | None
     param_axes: Axis | None
     quantize: Quant | None
+    amax_history_len: int
 
     def __init__(
         self,
@@ -275,6 +282,7 @@ class QuantizedLayerNorm(_nnx.Module):
         torch_names: TorchNames | None = None,
         param_axes: Axis | None = None,
         quantize: Quant | None = None,
+        amax_history_len: int = 1024,
         rngs: nnx.Rngs | None = None,
     ) -> None:
         """Build the module: the arguments are the Args of the class docstring."""
@@ -299,6 +307,7 @@ class QuantizedLayerNorm(_nnx.Module):
                 torch_names=torch_names,
                 param_axes=param_axes,
                 quantize=quantize,
+                amax_history_len=amax_history_len,
             ),
             rngs,
         )

@@ -135,14 +135,19 @@ class QuantizedRMSNorm(_linen.Module):
         "bias": "norm.bias"}``, ``{"weight": "gamma"}``; a name with ``{}``, ``"norms.{}.weight"``,
         splits the tensor along its first axis, one per index: StableLM's per-head norms), used by
         ``jln.interop.to_torch_state_dict``; ``None``: torch's names. Numbers are unaffected.
-      quantize: how the output is quantized (a :class:`jln.Quant`; not ``"delayed"``); ``None``:
-        ``jln.Quant()``, float8_e4m3fn with one scale per row.
+      quantize: how the output is quantized (a :class:`jln.Quant`); ``None``: ``jln.Quant()``,
+        float8_e4m3fn with one scale per row. With ``scaling="delayed"`` the module keeps the amax
+        history as state (linen: the ``"batch_stats"`` collection, updated by ``apply(...,
+        mutable=["batch_stats"])``; NNX: an ``nnx.BatchStat``, updated in training mode), as
+        BatchNorm keeps its running statistics.
+      amax_history_len: the length of the delayed-scaling amax history (TransformerEngine's default
+        1024); read with ``scaling="delayed"`` only.
 
     Returns (``__call__(x)``): a :class:`jln.Quantized` (codes of ``x.shape`` and their scales).
 
     Raises:
       TypeError, ValueError: as :class:`RMSNorm`, and for a ``quantize`` that is no
-        :class:`jln.Quant` or uses delayed scaling.
+        :class:`jln.Quant`.
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -170,6 +175,7 @@ class QuantizedRMSNorm(_linen.Module):
     bias_init: Initializer | None = None
     torch_names: TorchNames | None = None
     quantize: Quant | None = None
+    amax_history_len: int = 1024
 
     @nn.compact
     def __call__(self, x: jax.Array) -> Quantized:

@@ -3,9 +3,11 @@ that both faces make."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from jln import _quant, _validate
 from jln._modules import (
@@ -85,6 +87,7 @@ RMSNormConfig = make_config("RMSNormConfig", _RMS_OPTIONS, _check_rms_norm, cano
 def _check_quantized_rms_norm(cfg: Any) -> None:
     _check_rms_norm(cfg)
     check_module_quant(cfg.quantize, "jln QuantizedRMSNorm")
+    check_history_len(cfg, "jln QuantizedRMSNorm")
 
 
 def check_module_quant(quant: Any, fn: str) -> None:
@@ -94,16 +97,38 @@ def check_module_quant(quant: Any, fn: str) -> None:
         return
     if not isinstance(quant, _quant.Quant):
         raise TypeError(f"{fn}: `quantize` must be a jln.Quant or None; received {quant!r}.")
-    if quant.scaling == "delayed":
-        raise ValueError(f"{fn}: scaling='delayed' keeps an amax history across steps, which the modules do not "
-                         f"hold yet; call jln.rms_norm / jln.layer_norm with amax_history=, or use scaling='row'.")
 
 
-QUANTIZE = Option("quantize", "Quant | None", None, "how the output is quantized (a :class:`jln.Quant`; not "
-                  "``\"delayed\"``); ``None``: ``jln.Quant()``, float8_e4m3fn with one scale per row.")
+def check_history_len(cfg: Any, fn: str) -> None:
+    n = cfg.amax_history_len
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"{fn}: `amax_history_len` must be an int >= 1; received {n!r}.")
+
+
+QUANTIZE = Option("quantize", "Quant | None", None, "how the output is quantized (a :class:`jln.Quant`); "
+                  "``None``: ``jln.Quant()``, float8_e4m3fn with one scale per row. With ``scaling=\"delayed\"`` "
+                  "the module keeps the amax history as state (linen: the ``\"batch_stats\"`` collection, "
+                  "updated by ``apply(..., mutable=[\"batch_stats\"])``; NNX: an ``nnx.BatchStat``, updated "
+                  "in training mode), as BatchNorm keeps its running statistics.")
+AMAX_HISTORY_LEN = Option("amax_history_len", "int", 1024, "the length of the delayed-scaling amax history "
+                          "(TransformerEngine's default 1024); read with ``scaling=\"delayed\"`` only.")
+
+
+@dataclasses.dataclass(frozen=True)
+class HistorySpec(ParamSpec):
+    """The delayed-scaling amax history: state, float32."""
+
+    dtype: Any = jnp.float32
+
+
+def quant_state(cfg: Any, *shapes: Any) -> dict[str, ParamSpec]:
+    """The state a quantized module keeps: the amax history with delayed scaling, else none."""
+    if cfg.quantize is None or cfg.quantize.scaling != "delayed":
+        return {}
+    return {"amax_history": HistorySpec((cfg.amax_history_len,), zeros)}
 
 QuantizedRMSNormConfig = make_config(
-    "QuantizedRMSNormConfig", (*_RMS_OPTIONS, QUANTIZE), _check_quantized_rms_norm, canonical=property(_canonical),
+    "QuantizedRMSNormConfig", (*_RMS_OPTIONS, QUANTIZE, AMAX_HISTORY_LEN), _check_quantized_rms_norm, canonical=property(_canonical),
 )
 
 
@@ -119,17 +144,27 @@ def apply_rms_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
 
 
 
-def apply_quantized(norm: Any, params: Params, x: Array, cfg: Any, fn: str, **options: Any) -> tuple[Any, Stats]:
+def apply_quantized(
+    norm: Any, params: Params, x: Array, cfg: Any, fn: str, state: dict[str, Any], training: bool, **options: Any,
+) -> tuple[tuple[Any, Any], Stats]:
     """``norm(x, scale, ..., quantize=...)``: the module's options, its input dtype rule, and the
-    monitor on the dequantized output (``dtype`` sets the compute dtype; the output is codes)."""
+    monitor on the dequantized output (``dtype`` sets the compute dtype; the output is codes).
+    Returns ``((q, new_state or None), stats)``: with delayed scaling a training call returns
+    the updated amax history, an eval call uses the history and leaves it."""
     xi = cast_in(x, cfg.dtype)
+    hist = state.get("amax_history")
     q = norm(xi, params.get("scale"), bias=params.get("bias"), axis=cfg.axis, eps=cfg.eps, impl=cfg.impl,
-             quantize=cfg.quantize or _quant.Quant(), **distributed(cfg), **options)
-    return q, (record(cfg.monitor, xi, q.dequantize(), cfg.axis, fn) if cfg.monitor else None)
+             quantize=cfg.quantize or _quant.Quant(), amax_history=hist, **distributed(cfg), **options)
+    new = {"amax_history": q.amax_history} if training and hist is not None else None
+    if hist is not None:
+        q = dataclasses.replace(q, amax_history=None)
+    return (q, new), (record(cfg.monitor, xi, q.dequantize(), cfg.axis, fn) if cfg.monitor else None)
 
 
-def apply_quantized_rms_norm(params: Params, x: Array, cfg: Any) -> tuple[Any, Stats]:
-    return apply_quantized(rms_norm, params, x, cfg, "jln QuantizedRMSNorm", convention=cfg.convention)
+def apply_quantized_rms_norm(params: Params, x: Array, cfg: Any, *, state: dict[str, Any],
+                             training: bool) -> tuple[tuple[Any, Any], Stats]:
+    return apply_quantized(rms_norm, params, x, cfg, "jln QuantizedRMSNorm", state, training,
+                           convention=cfg.convention)
 
 
 RMS_NORM = Kind(
@@ -152,10 +187,9 @@ QUANTIZED_RMS_NORM = Kind(
         "and ``quantize``.\n\nThe call is :func:`jln.rms_norm` with ``quantize=``; gradients pass straight "
         "through :meth:`jln.Quantized.dequantize` (see the quantization guide).",
     returns="(``__call__(x)``): a :class:`jln.Quantized` (codes of ``x.shape`` and their scales).",
-    raises="TypeError, ValueError: as :class:`RMSNorm`, and for a ``quantize`` that is no :class:`jln.Quant` "
-           "or uses delayed scaling.",
+    raises="TypeError, ValueError: as :class:`RMSNorm`, and for a ``quantize`` that is no :class:`jln.Quant`.",
     examples=(LINEN_IMPORTS + "  >>> m = jnn.QuantizedRMSNorm(convention=\"llama\")\n  >>> x = jnp.ones((2, 4))\n  >>> "
               "m.apply(m.init(jax.random.key(0), x), x).values.dtype\n  dtype(float8_e4m3fn)",
               NNX_IMPORTS + "  >>> jnnx.QuantizedRMSNorm(4)(jnp.ones((2, 4))).scale.shape\n  (2, 1)"),
-    rngs_doc=NORM_RNGS, shapes=(NUM_FEATURES_OR_NONE,), output="Quantized",
+    rngs_doc=NORM_RNGS, shapes=(NUM_FEATURES_OR_NONE,), output="Quantized", state=quant_state,
 )

@@ -190,15 +190,20 @@ class QuantizedRMSNorm(_nnx.Module):
         "bias": "norm.bias"}``, ``{"weight": "gamma"}``; a name with ``{}``, ``"norms.{}.weight"``,
         splits the tensor along its first axis, one per index: StableLM's per-head norms), used by
         ``jln.interop.to_torch_state_dict``; ``None``: torch's names. Numbers are unaffected.
-      quantize: how the output is quantized (a :class:`jln.Quant`; not ``"delayed"``); ``None``:
-        ``jln.Quant()``, float8_e4m3fn with one scale per row.
+      quantize: how the output is quantized (a :class:`jln.Quant`); ``None``: ``jln.Quant()``,
+        float8_e4m3fn with one scale per row. With ``scaling="delayed"`` the module keeps the amax
+        history as state (linen: the ``"batch_stats"`` collection, updated by ``apply(...,
+        mutable=["batch_stats"])``; NNX: an ``nnx.BatchStat``, updated in training mode), as
+        BatchNorm keeps its running statistics.
+      amax_history_len: the length of the delayed-scaling amax history (TransformerEngine's default
+        1024); read with ``scaling="delayed"`` only.
       rngs: the key of an initializer other than ones and zeros; otherwise unused.
 
     Returns (``__call__(x)``): a :class:`jln.Quantized` (codes of ``x.shape`` and their scales).
 
     Raises:
       TypeError, ValueError: as :class:`RMSNorm`, and for a ``quantize`` that is no
-        :class:`jln.Quant` or uses delayed scaling.
+        :class:`jln.Quant`.
 
     Example:
       >>> import jax.numpy as jnp
@@ -213,6 +218,7 @@ class QuantizedRMSNorm(_nnx.Module):
     num_features: tuple[int, ...] | None
     scale: nnx.Param[jax.Array] | None = None
     bias: nnx.Param[jax.Array] | None = None
+    use_running_average: bool
     eps: float | None
     convention: Literal["torch", "llama", "qwen2", "mistral", "gemma", "t5", "diffusers", "seed", "x-transformers", "eager", "imagegpt", "ltx2", "round_rstd", "deepseek_v4", "glm5_next", "input_scaled", "muse_spark_input", "gemma_rounded", "muse_spark_centered", "krea2"]
     axis: Axis
@@ -228,6 +234,7 @@ class QuantizedRMSNorm(_nnx.Module):
     bias_init: Initializer | None
     torch_names: TorchNames | None
     quantize: Quant | None
+    amax_history_len: int
 
     def __init__(
         self,
@@ -248,6 +255,7 @@ class QuantizedRMSNorm(_nnx.Module):
         bias_init: Initializer | None = None,
         torch_names: TorchNames | None = None,
         quantize: Quant | None = None,
+        amax_history_len: int = 1024,
         rngs: nnx.Rngs | None = None,
     ) -> None:
         """Build the module: the arguments are the Args of the class docstring."""
@@ -270,6 +278,7 @@ class QuantizedRMSNorm(_nnx.Module):
                 bias_init=bias_init,
                 torch_names=torch_names,
                 quantize=quantize,
+                amax_history_len=amax_history_len,
             ),
             rngs,
         )
