@@ -109,3 +109,39 @@ def test_nnx_training_loop_row_fp8() -> None:
     assert losses[-1] < 0.9 * losses[0]
     # the norm's scale learns (a gradient reached it straight through the codes)
     assert float(jnp.abs(params["norm"]["scale"][...] - 1).max()) > 0
+
+
+def test_nnx_training_loop_delayed_state_under_jit() -> None:
+    """20 jitted steps (nnx.jit) with delayed scaling: the model learns, and its amax history
+    (state) holds the last 8 steps' amaxes, newest first."""
+    rng = np.random.default_rng(2)
+    x = jnp.asarray(rng.standard_normal((32, 64)).astype(np.float32)).astype(jnp.bfloat16)
+    target = jnp.asarray(rng.standard_normal((32, 16)).astype(np.float32))
+
+    class Model(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs):
+            self.norm = jnnx.QuantizedRMSNorm(64, quantize=jln.Quant(scaling="delayed"), amax_history_len=8)
+            self.proj = nnx.Linear(64, 16, rngs=rngs)
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return self.proj(self.norm(x).dequantize())
+
+    model = Model(nnx.Rngs(0))
+
+    @nnx.jit
+    def step(model: Model) -> jax.Array:
+        def loss(m: Model) -> jax.Array:
+            return jnp.mean((m(x) - target) ** 2)
+
+        value, g = nnx.value_and_grad(loss)(model)
+        nnx.update(model, jax.tree.map(lambda a, b: a - 0.05 * b, nnx.state(model, nnx.Param), g))
+        return value
+
+    losses, firsts = [], []
+    for _ in range(20):
+        losses.append(float(step(model)))
+        firsts.append(float(model.norm.amax_history[...][0]))
+    assert losses[-1] < 0.9 * losses[0]
+    hist = np.asarray(model.norm.amax_history[...])
+    np.testing.assert_array_equal(hist, np.asarray(firsts[::-1][:8], np.float32))
+    assert (hist > 0).all()
