@@ -10,6 +10,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from jln._distributed import shard_chunks as shard_chunks
+from jln._quant import Quant as Quant
+from jln._quant import Quantized as Quantized
+from jln._quant import Stats as Stats
 from jln.families.adaptive.function import ORDERS as ORDERS
 from jln.families.adaptive.function import adaptive_layer_norm as adaptive_layer_norm
 from jln.families.adaptive.function import adaptive_rms_norm as adaptive_rms_norm
@@ -57,6 +60,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Quant",
+    "Quantized",
+    "Stats",
     "CONVENTIONS",
     "ORDERS",
     "adaptive_layer_norm",

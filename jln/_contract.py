@@ -84,6 +84,11 @@ class NormSpec:
     #: The fields holding axes of ``x`` (remapped when :meth:`body` drops unit axes).
     axis_fields: ClassVar[tuple[str, ...]] = ("axes",)
 
+    def row_stats(self, x: Array, *operands: Array | None) -> tuple[Array | None, Array]:
+        """``(mean, rstd)`` of ``x``'s rows in the statistics dtype, keepdims (``mean`` is
+        ``None`` for uncentred families): what ``return_stats=True`` returns."""
+        raise NotImplementedError
+
     def body(self, x: Array, *operands: Array | None) -> Array:
         """The XLA body: :meth:`formula` under the remat policy, so reverse mode keeps ``x`` (own
         dtype), the operands and the named per-row statistics, nothing else. Size-1 axes are

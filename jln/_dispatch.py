@@ -3,11 +3,13 @@ jln's native CPU kernels. Nothing here validates: the public functions did."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
-from jln import _distributed, _stats, kernels
+from jln import _distributed, _quant, _stats, kernels
 from jln._contract import NormSpec, rows_and_width
 from jln._platform import platform_of
 from jln.kernels import _native
@@ -86,3 +88,35 @@ def apply(
             return _native.run(spec, x, operands, addends)
         y = spec.body(x, *operands)
         return y if addends is None else (y, x)
+
+
+def apply_with(
+    fn: str, impl: str, spec: NormSpec, x: Any, operands: tuple[Any, ...],
+    addends: tuple[Any, Any] | None = None, *, quantize: Any = None, amax_history: Any = None,
+    return_stats: bool = False,
+) -> Any:
+    """:func:`apply`, then the output quantized (``quantize``, a :class:`jln.Quant`, in XLA
+    after whichever path computed it) and the per-row statistics appended (``return_stats``).
+
+    ``quantize.source == "float32"`` runs the spec with a float32 ``out_dtype``: the
+    convention's last step unrounded (the XLA path only: the kernels round to the output
+    dtype). Returns ``y`` / ``(y, s)`` as :func:`apply`, ``y`` a :class:`jln.Quantized` when
+    quantized, followed by a :class:`jln.Stats` when asked.
+    """
+    quant = _quant.check_call(fn, quantize, amax_history, return_stats, x.shape, spec.axes, spec.axis_name)
+    if quant is not None and quant.source == "float32":
+        if impl in ("pallas", "native"):
+            raise ValueError(
+                f"{fn}: impl={impl!r} is not available with Quant(source='float32'): the kernels round y to the "
+                f"output dtype, and only the XLA path hands over the unrounded float32 row. Use impl='xla' or 'auto'."
+            )
+        impl = "xla"
+        spec = dataclasses.replace(spec, out_dtype=jnp.dtype(jnp.float32))  # type: ignore[call-arg]
+    out = apply(fn, impl, spec, x, operands, addends)
+    y, s = (out, None) if addends is None else out
+    if quant is not None:
+        y = _quant.quantize(y, quant, spec.axes, amax_history)
+    result = (y,) if addends is None else (y, s)
+    if return_stats:
+        result = (*result, _quant.Stats(*spec.row_stats(x, *operands)))
+    return result[0] if len(result) == 1 else result

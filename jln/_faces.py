@@ -49,6 +49,8 @@ TYPE_IMPORTS = {
     "Initializer": "jln._modules",
     "TorchNames": "jln._modules",
     "ChunkOrder": "jln.families.adaptive.function",
+    "Quant": "jln._quant",
+    "Quantized": "jln._quant",
 }
 #: the size a probe gives every required size (it divides the kinds' default group counts)
 SIZE = 32

@@ -31,15 +31,19 @@ from jln.families.blocks.linen import TransformerEncoderLayer as TransformerEnco
 from jln.families.dyt.linen import DyT as DyT
 from jln.families.gated_rms_norm.linen import GatedRMSNorm as GatedRMSNorm
 from jln.families.layer_norm.linen import LayerNorm as LayerNorm
+from jln.families.layer_norm.linen import QuantizedLayerNorm as QuantizedLayerNorm
 from jln.families.local_response_norm.linen import LocalResponseNorm as LocalResponseNorm
 from jln.families.lp_norm.linen import GlobalResponseNorm as GlobalResponseNorm
 from jln.families.lp_norm.linen import LpNorm as LpNorm
 from jln.families.poly_norm.linen import PolyNorm as PolyNorm
+from jln.families.rms_norm.linen import QuantizedRMSNorm as QuantizedRMSNorm
 from jln.families.rms_norm.linen import RMSNorm as RMSNorm
 
 __all__ = [
     "LayerNorm",
+    "QuantizedLayerNorm",
     "RMSNorm",
+    "QuantizedRMSNorm",
     "GatedRMSNorm",
     "AdaptiveLayerNorm",
     "AdaLNZero",

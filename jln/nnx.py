@@ -30,15 +30,19 @@ from jln.families.blocks.nnx import TransformerEncoderLayer as TransformerEncode
 from jln.families.dyt.nnx import DyT as DyT
 from jln.families.gated_rms_norm.nnx import GatedRMSNorm as GatedRMSNorm
 from jln.families.layer_norm.nnx import LayerNorm as LayerNorm
+from jln.families.layer_norm.nnx import QuantizedLayerNorm as QuantizedLayerNorm
 from jln.families.local_response_norm.nnx import LocalResponseNorm as LocalResponseNorm
 from jln.families.lp_norm.nnx import GlobalResponseNorm as GlobalResponseNorm
 from jln.families.lp_norm.nnx import LpNorm as LpNorm
 from jln.families.poly_norm.nnx import PolyNorm as PolyNorm
+from jln.families.rms_norm.nnx import QuantizedRMSNorm as QuantizedRMSNorm
 from jln.families.rms_norm.nnx import RMSNorm as RMSNorm
 
 __all__ = [
     "LayerNorm",
+    "QuantizedLayerNorm",
     "RMSNorm",
+    "QuantizedRMSNorm",
     "GatedRMSNorm",
     "AdaptiveLayerNorm",
     "AdaLNZero",

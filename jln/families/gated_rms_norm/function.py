@@ -5,7 +5,7 @@ public function (the conventions' formulas are
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, Literal, overload
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +13,7 @@ import numpy as np
 
 from jln import _dispatch, _eager, _stats, _validate
 from jln._platform import Impl
+from jln._quant import Quant, Quantized, Stats
 from jln._validate import Axis
 from jln.families.gated_rms_norm import spec as contract
 from jln.families.gated_rms_norm.spec import GateActivation, GatedConvention, GatedRMSNormSpec
@@ -61,7 +62,7 @@ def _group_size(fn: str, group_size: Any, x_shape: tuple[int, ...], axes: tuple[
     return gs
 
 
-@_eager.compiled_when_eager("x", "gate", "scale")
+@overload
 def gated_rms_norm(
     x: Array,
     gate: Array | None = None,
@@ -76,7 +77,94 @@ def gated_rms_norm(
     impl: Impl = "auto",
     axis_name: Any = None,
     axis_index_groups: Any = None,
-) -> Array:
+    quantize: None = None,
+    amax_history: Array | None = None,
+    return_stats: Literal[False] = False,
+) -> Array: ...
+
+
+@overload
+def gated_rms_norm(
+    x: Array,
+    gate: Array | None = None,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-6,
+    group_size: int | None = None,
+    norm_before_gate: bool | None = None,
+    convention: GatedConvention = "mamba",
+    activation: GateActivation = "silu",
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant,
+    amax_history: Array | None = None,
+    return_stats: Literal[False] = False,
+) -> Quantized: ...
+
+
+@overload
+def gated_rms_norm(
+    x: Array,
+    gate: Array | None = None,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-6,
+    group_size: int | None = None,
+    norm_before_gate: bool | None = None,
+    convention: GatedConvention = "mamba",
+    activation: GateActivation = "silu",
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: None = None,
+    amax_history: Array | None = None,
+    return_stats: Literal[True],
+) -> tuple[Array, Stats]: ...
+
+
+@overload
+def gated_rms_norm(
+    x: Array,
+    gate: Array | None = None,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-6,
+    group_size: int | None = None,
+    norm_before_gate: bool | None = None,
+    convention: GatedConvention = "mamba",
+    activation: GateActivation = "silu",
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant,
+    amax_history: Array | None = None,
+    return_stats: Literal[True],
+) -> tuple[Quantized, Stats]: ...
+
+
+@_eager.compiled_when_eager("x", "gate", "scale", "amax_history")
+def gated_rms_norm(
+    x: Array,
+    gate: Array | None = None,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-6,
+    group_size: int | None = None,
+    norm_before_gate: bool | None = None,
+    convention: GatedConvention = "mamba",
+    activation: GateActivation = "silu",
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant | None = None,
+    amax_history: Array | None = None,
+    return_stats: bool = False,
+) -> Any:
     r"""RMSNorm gated by an activation of a second input, as Mamba-2 and hybrid models use it.
 
     With ``f()`` a cast to float32 (float64 for float64 input), ``dt`` the input dtype, ``a``
@@ -128,10 +216,16 @@ def gated_rms_norm(
         normalized axis is split. With ``group_size=None`` the mean square is that of the whole
         row (one psum); with groups, each group must lie inside one device's block.
       axis_index_groups: as in ``jax.lax.psum``.
+      quantize, amax_history: as in :func:`jln.rms_norm`: the output quantized in XLA (a
+        :class:`jln.Quantized`, row scales over the whole row), straight-through gradients.
+      return_stats: also return :class:`jln.Stats` ``(None, rstd)`` of the row the statistics
+        are taken on (gated first when the gate comes before the norm); float32, keepdims, or
+        with ``group_size`` one per group (the normalized axis of length ``n // group_size``).
 
     Returns:
       Array of ``x.shape``: dtype ``x.dtype``, except ``"mamba"`` with a scale:
-      ``promote(x.dtype, scale.dtype)``.
+      ``promote(x.dtype, scale.dtype)``. With ``quantize``, a :class:`jln.Quantized`; with
+      ``return_stats``, ``(that, stats)``.
 
     Raises:
       TypeError: ``x``, ``gate`` or ``scale`` is not floating, or ``group_size`` is not an int.
@@ -178,4 +272,6 @@ def gated_rms_norm(
         activation=activation, io_dtype=jnp.dtype(x.dtype), out_dtype=contract.output_dtype(conv, x.dtype, scale_dtype),
         scale_dtype=scale_dtype, **dist,
     )
-    return _dispatch.apply(fn, impl, spec, x, (gate, s))
+    return _dispatch.apply_with(
+        fn, impl, spec, x, (gate, s), quantize=quantize, amax_history=amax_history, return_stats=return_stats
+    )

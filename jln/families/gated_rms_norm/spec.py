@@ -164,6 +164,19 @@ class GatedRMSNormSpec(NormSpec):
             h = _stats.normalized(grouped, (a + 1,), self.eps).reshape(shape)
         return self.tail(h, gate, scale)
 
+    def row_stats(self, x: Array, *operands: Array | None) -> tuple[Array | None, Array]:
+        """``(None, rstd)`` of the row the statistics are taken on (gated first when the gate
+        comes before the norm), statistics dtype; keepdims, or with ``group_size`` one value per
+        group: the normalized axis of length ``n // group_size``."""
+        gate, scale = (*operands, None, None)[:2]
+        v = self.pre(_stats.upcast(x), gate, scale)
+        if self.group_size is None:
+            return None, _stats.inv_std_of(v, self.axes, self.eps, None, self.axis_name, self.axis_index_groups)
+        (a,) = self.axes
+        gs = self.group_size
+        grouped = v.reshape(v.shape[:a] + (v.shape[a] // gs, gs) + v.shape[a + 1 :])
+        return None, jnp.squeeze(_stats.inv_std_of(grouped, (a + 1,), self.eps), a + 1)
+
     def pre(self, x: Array, *operands: Array | None) -> Array:
         """The gated row ``x * a(f(z))`` when the gate comes first, else ``x``."""
         gate = operands[0] if operands else None

@@ -31,7 +31,7 @@ FAMILY = Family(
         Op("add_layer_norm", ADD_LAYER_NORM, extra=("residual",)),
         Op("add_layer_norm[deberta]", ADD_LAYER_NORM, extra=("residual",), options={"convention": "deberta"}, exact=True),
     ),
-    kinds=(module.LAYER_NORM,),
+    kinds=(module.LAYER_NORM, module.QUANTIZED_LAYER_NORM),
     converters=convert.CONVERTERS,
     layouts=convert.LAYOUTS,
     near_misses=convert.NEAR_MISSES,

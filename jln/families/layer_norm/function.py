@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, overload
 
 import jax
 
 from jln import _dispatch, _eager, _validate
 from jln._platform import Impl
+from jln._quant import Quant, Quantized, Stats
 from jln._validate import Axis
 from jln.families.layer_norm import spec as contract
 from jln.families.layer_norm.spec import LayerNormConvention, LayerNormSpec
@@ -16,7 +17,7 @@ from jln.families.layer_norm.spec import LayerNormConvention, LayerNormSpec
 Array = jax.Array
 
 
-@_eager.compiled_when_eager("x", "scale", "bias")
+@overload
 def layer_norm(
     x: Array,
     scale: Array | None = None,
@@ -30,7 +31,90 @@ def layer_norm(
     zero_centered: bool = False,
     convention: LayerNormConvention = "torch",
     param_axes: Axis | None = None,
-) -> Array:
+    quantize: None = None,
+    amax_history: Array | None = None,
+    return_stats: Literal[False] = False,
+) -> Array: ...
+
+
+@overload
+def layer_norm(
+    x: Array,
+    scale: Array | None = None,
+    bias: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-5,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    zero_centered: bool = False,
+    convention: LayerNormConvention = "torch",
+    param_axes: Axis | None = None,
+    quantize: Quant,
+    amax_history: Array | None = None,
+    return_stats: Literal[False] = False,
+) -> Quantized: ...
+
+
+@overload
+def layer_norm(
+    x: Array,
+    scale: Array | None = None,
+    bias: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-5,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    zero_centered: bool = False,
+    convention: LayerNormConvention = "torch",
+    param_axes: Axis | None = None,
+    quantize: None = None,
+    amax_history: Array | None = None,
+    return_stats: Literal[True],
+) -> tuple[Array, Stats]: ...
+
+
+@overload
+def layer_norm(
+    x: Array,
+    scale: Array | None = None,
+    bias: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-5,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    zero_centered: bool = False,
+    convention: LayerNormConvention = "torch",
+    param_axes: Axis | None = None,
+    quantize: Quant,
+    amax_history: Array | None = None,
+    return_stats: Literal[True],
+) -> tuple[Quantized, Stats]: ...
+
+
+@_eager.compiled_when_eager("x", "scale", "bias", "amax_history")
+def layer_norm(
+    x: Array,
+    scale: Array | None = None,
+    bias: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-5,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    zero_centered: bool = False,
+    convention: LayerNormConvention = "torch",
+    param_axes: Axis | None = None,
+    quantize: Quant | None = None,
+    amax_history: Array | None = None,
+    return_stats: bool = False,
+) -> Any:
     r"""Layer normalization, numerically identical in contract to ``torch.nn.functional.layer_norm``.
 
     .. math::
@@ -99,11 +183,20 @@ def layer_norm(
         ``(heads, head_dim)`` (StableLM's ``LayerNormPerHead``; with ``convention="deberta"``
         Chameleon's per-head LayerNorm). ``None`` (default): the normalized axes. Runs on the
         XLA path (``impl="pallas"``/``"native"`` raise ``ValueError``).
+      quantize: a :class:`jln.Quant`: return the output quantized (a :class:`jln.Quantized`),
+        as in :func:`rms_norm` (``source="output"``: the convention's rounded output;
+        ``"float32"``: ``(f(x) - mean) * rstd * w + b`` unrounded, XLA path only). Gradients
+        pass straight through :meth:`jln.Quantized.dequantize`.
+      amax_history: with ``Quant(scaling="delayed")``, as in :func:`rms_norm`.
+      return_stats: also return :class:`jln.Stats` ``(mean, rstd)`` (TransformerEngine's
+        ``mu``/``rsigma``): float32 (float64 for float64 input), shape of ``x`` with the
+        normalized axes of size 1; ``rstd = rsqrt(var + eps)``.
 
     Returns:
       Array of ``x.shape``: ``x.dtype`` for ``"torch"`` (float32 params do not promote a
       bfloat16 ``x``); for ``"deberta"``/``"eager"`` the promotion of ``x.dtype`` with the
-      parameters' dtypes.
+      parameters' dtypes. With ``quantize``, a :class:`jln.Quantized` instead; with
+      ``return_stats``, ``(that, stats)``.
 
     Raises:
       TypeError: ``x`` (or a parameter) is not a floating array.
@@ -142,11 +235,14 @@ def layer_norm(
         param_dtypes=tuple(p.dtype for p in (s, b) if p is not None), param_axes=laid,
         **_validate.dist(fn, impl, axis_name, axis_index_groups),
     )
-    return _dispatch.apply(fn, impl, spec, x, (s, b, None, None))
+    return _dispatch.apply_with(
+        fn, impl, spec, x, (s, b, None, None), quantize=quantize, amax_history=amax_history,
+        return_stats=return_stats,
+    )
 
 
 
-@_eager.compiled_when_eager("x", "residual", "scale", "bias")
+@overload
 def add_layer_norm(
     x: Array,
     residual: Array,
@@ -160,7 +256,90 @@ def add_layer_norm(
     impl: Impl = "auto",
     axis_name: Any = None,
     axis_index_groups: Any = None,
-) -> tuple[Array, Array]:
+    quantize: None = None,
+    amax_history: Array | None = None,
+    return_stats: Literal[False] = False,
+) -> tuple[Array, Array]: ...
+
+
+@overload
+def add_layer_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    bias: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-5,
+    convention: LayerNormConvention = "torch",
+    residual_in_fp32: bool = False,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant,
+    amax_history: Array | None = None,
+    return_stats: Literal[False] = False,
+) -> tuple[Quantized, Array]: ...
+
+
+@overload
+def add_layer_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    bias: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-5,
+    convention: LayerNormConvention = "torch",
+    residual_in_fp32: bool = False,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: None = None,
+    amax_history: Array | None = None,
+    return_stats: Literal[True],
+) -> tuple[Array, Array, Stats]: ...
+
+
+@overload
+def add_layer_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    bias: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-5,
+    convention: LayerNormConvention = "torch",
+    residual_in_fp32: bool = False,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant,
+    amax_history: Array | None = None,
+    return_stats: Literal[True],
+) -> tuple[Quantized, Array, Stats]: ...
+
+
+@_eager.compiled_when_eager("x", "residual", "scale", "bias", "amax_history")
+def add_layer_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    bias: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float = 1e-5,
+    convention: LayerNormConvention = "torch",
+    residual_in_fp32: bool = False,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant | None = None,
+    amax_history: Array | None = None,
+    return_stats: bool = False,
+) -> Any:
     r"""Pre-norm residual step fused: ``s = x + residual``; returns ``(layer_norm(s), s)``.
 
     .. math::
@@ -176,12 +355,14 @@ def add_layer_norm(
       residual_in_fp32: compute and return ``s`` in float32 (float64 stays float64) so the
         residual stream does not accumulate bfloat16/float16 rounding across layers.
       impl, axis_name, axis_index_groups: as in :func:`layer_norm`.
+      quantize, amax_history: as in :func:`layer_norm` (``normed`` quantized, ``s`` not).
+      return_stats: also return :class:`jln.Stats` ``(mean, rstd)`` of ``s`` (third).
 
     Returns:
       ``(normed, s)``: ``normed`` has ``x.shape`` and the dtype the convention gives for an
       ``x.dtype`` input (``x.dtype`` for ``"torch"``); ``s`` has the promoted dtype
       of ``x`` and ``residual`` (float32 at least with ``residual_in_fp32``). Reverse mode keeps
-      ``s`` and per-row statistics only.
+      ``s`` and per-row statistics only. With ``return_stats``: ``(normed, s, stats)``.
 
     Raises:
       TypeError, ValueError, NameError: as :func:`layer_norm`, and ``ValueError`` if ``x``
@@ -202,5 +383,7 @@ def add_layer_norm(
         axes=axes, eps=_validate.check_eps(eps, fn), out_dtype=out, convention=conv, io_dtype=s.dtype,
         **_validate.dist(fn, impl, axis_name, axis_index_groups),
     )
-    y, s = _dispatch.apply(fn, impl, spec, s, (sc, b, None, None), addends=(x, residual))
-    return y, s
+    return _dispatch.apply_with(
+        fn, impl, spec, s, (sc, b, None, None), addends=(x, residual), quantize=quantize,
+        amax_history=amax_history, return_stats=return_stats,
+    )

@@ -36,6 +36,7 @@ from jln._modules import (
 )
 from jln.families.layer_norm.function import layer_norm
 from jln.families.layer_norm.spec import ALIASES, resolve_convention
+from jln.families.rms_norm import module as rms_module
 
 Array = jax.Array
 
@@ -54,9 +55,8 @@ def _check_layer_norm(cfg: Any) -> None:
         )
 
 
-LayerNormConfig = make_config(
-    "LayerNormConfig",
-    (EPS.but(doc="added to the variance; torch's default 1e-5 (flax's LayerNorm uses 1e-6)."), AXIS, USE_SCALE,
+_LN_OPTIONS = (
+    EPS.but(doc="added to the variance; torch's default 1e-5 (flax's LayerNorm uses 1e-6)."), AXIS, USE_SCALE,
      USE_BIAS, *COMPUTE, *DISTRIBUTED, SCALE_INIT, BIAS_INIT,
      Option("zero_centered", "bool", False, "multiply by ``1 + scale`` (Nemotron's ``LayerNorm1P``, "
             "TransformerEngine's ``zero_centered_gamma``), ``1 + scale`` rounded to ``param_dtype``; "
@@ -71,8 +71,19 @@ LayerNormConfig = make_config(
             ":func:`jln.layer_norm`: every axis in ``axis`` plus more (flax's ``feature_axes``), e.g. "
             "``param_axes=(1, -1)`` with ``axis=-1`` on ``[batch, heads, seq, head_dim]``: one LayerNorm "
             "per head, parameters ``(heads, head_dim)`` (NNX: ``num_features`` is that shape). ``None``: "
-            "``axis``. Runs on the XLA path.")),
-    _check_layer_norm,
+            "``axis``. Runs on the XLA path."))
+
+LayerNormConfig = make_config("LayerNormConfig", _LN_OPTIONS, _check_layer_norm)
+
+
+def _check_quantized_layer_norm(cfg: Any) -> None:
+    _check_layer_norm(cfg)
+    rms_module.check_module_quant(cfg.quantize, "jln QuantizedLayerNorm")
+    rms_module.check_history_len(cfg, "jln QuantizedLayerNorm")
+
+
+QuantizedLayerNormConfig = make_config(
+    "QuantizedLayerNormConfig", (*_LN_OPTIONS, rms_module.QUANTIZE, rms_module.AMAX_HISTORY_LEN), _check_quantized_layer_norm,
 )
 
 
@@ -83,14 +94,25 @@ def layer_norm_specs(cfg: Any, features: tuple[int, ...]) -> dict[str, ParamSpec
                              bias_init=cfg.bias_init, default_scale=zeros if cfg.zero_centered else ones)
 
 
-def apply_layer_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
-    """``jln.layer_norm(x, scale, bias)`` with the module's dtype rule and monitor."""
+def _options(cfg: Any) -> dict[str, Any]:
     options: dict[str, Any] = {} if cfg.convention == "torch" else {"convention": cfg.convention}
     if cfg.zero_centered:
         options["zero_centered"] = True
     if cfg.param_axes is not None:
         options["param_axes"] = cfg.param_axes
-    return apply_norm(layer_norm, params, x, cfg, "jln LayerNorm", **options)
+    return options
+
+
+def apply_layer_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
+    """``jln.layer_norm(x, scale, bias)`` with the module's dtype rule and monitor."""
+    return apply_norm(layer_norm, params, x, cfg, "jln LayerNorm", **_options(cfg))
+
+
+def apply_quantized_layer_norm(params: Params, x: Array, cfg: Any, *, state: dict[str, Any],
+                               training: bool) -> tuple[tuple[Any, Any], Stats]:
+    """``jln.layer_norm(x, scale, bias, quantize=...)``, as :class:`LayerNorm`'s call."""
+    return rms_module.apply_quantized(layer_norm, params, x, cfg, "jln QuantizedLayerNorm", state, training,
+                                      **_options(cfg))
 
 
 
@@ -108,4 +130,18 @@ LAYER_NORM = Kind(
               "jax.random.key(0), x)\n  >>> jnn.LayerNorm().apply(variables, x).shape\n  (2, 4)",
               NNX_IMPORTS + "  >>> jnnx.LayerNorm(4)(jnp.arange(8.0).reshape(2, 4)).shape\n  (2, 4)"),
     rngs_doc=NORM_RNGS, shapes=(NUM_FEATURES,), flax_twin=True,
+)
+
+QUANTIZED_LAYER_NORM = Kind(
+    "QuantizedLayerNorm", QuantizedLayerNormConfig, layer_norm_specs, apply_quantized_layer_norm, ("x",),
+    doc="LayerNorm whose output is quantized for an fp8/int8 matmul: :class:`LayerNorm`'s options and "
+        "parameters, and ``quantize``.\n\nThe call is :func:`jln.layer_norm` with ``quantize=``; gradients "
+        "pass straight through :meth:`jln.Quantized.dequantize` (see the quantization guide).",
+    returns="(``__call__(x)``): a :class:`jln.Quantized` (codes of ``x.shape`` and their scales).",
+    raises="TypeError, ValueError: as :class:`LayerNorm`, and for a ``quantize`` that is no :class:`jln.Quant`.",
+    examples=(LINEN_IMPORTS + "  >>> import jln\n  >>> m = jnn.QuantizedLayerNorm(quantize=jln.Quant(dtype=\"int8\"))\n"
+              "  >>> x = jnp.arange(8.0).reshape(2, 4)\n  >>> m.apply(m.init(jax.random.key(0), x), x).values.dtype\n"
+              "  dtype('int8')",
+              NNX_IMPORTS + "  >>> jnnx.QuantizedLayerNorm(4)(jnp.arange(8.0).reshape(2, 4)).scale.shape\n  (2, 1)"),
+    rngs_doc=NORM_RNGS, shapes=(NUM_FEATURES,), output="Quantized", state=rms_module.quant_state,
 )

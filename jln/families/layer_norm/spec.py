@@ -180,6 +180,13 @@ class LayerNormSpec(NormSpec):
         y = _stats.normalized(x32, self.axes, self.eps, (d, var), self.axis_name, groups)
         return self.tail(y, *operands)
 
+    def row_stats(self, x: Array, *operands: Array | None) -> tuple[Array | None, Array]:
+        """``(mean, rstd)`` of ``x``'s rows (``rstd = rsqrt(var + eps)``, biased variance) in
+        the statistics dtype, keepdims: the statistics the formula uses."""
+        x32 = _stats.upcast(x)
+        mean, _, var = _stats.centered(x32, self.axes, self.axis_name, self.axis_index_groups)
+        return mean, _stats.inv_std(var, self.eps)
+
     def tail(self, y: Array, *operands: Array | None) -> Array:
         """Affine, output rounding, modulation. ``y`` is in the statistics dtype; the operands
         are cast to it (exactly), so a kernel may pass them widened."""

@@ -52,7 +52,7 @@ FAMILY = Family(
         Op("add_rms_norm[llama]", ADD_RMS_NORM, params=("scale",), extra=("residual",),
            options={"convention": "llama", "eps": 1e-6}, exact=True),
     ),
-    kinds=(module.RMS_NORM,),
+    kinds=(module.RMS_NORM, module.QUANTIZED_RMS_NORM),
     converters=convert.CONVERTERS,
     layouts=convert.LAYOUTS,
     near_misses=convert.NEAR_MISSES,

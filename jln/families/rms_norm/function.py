@@ -4,13 +4,14 @@ functions (the conventions' formulas are :class:`jln.families.rms_norm.spec.RMSN
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal, overload
 
 import jax
 import jax.numpy as jnp
 
 from jln import _dispatch, _eager, _validate
 from jln._platform import Impl
+from jln._quant import Quant, Quantized, Stats
 from jln._validate import Axis
 from jln.families.rms_norm import spec as contract
 from jln.families.rms_norm.spec import CONVENTIONS as CONVENTIONS
@@ -43,7 +44,7 @@ def _spec(
     return spec, s, b
 
 
-@_eager.compiled_when_eager("x", "scale", "bias")
+@overload
 def rms_norm(
     x: Array,
     scale: Array | None = None,
@@ -55,7 +56,82 @@ def rms_norm(
     impl: Impl = "auto",
     axis_name: Any = None,
     axis_index_groups: Any = None,
-) -> Array:
+    quantize: None = None,
+    amax_history: Array | None = None,
+    return_stats: Literal[False] = False,
+) -> Array: ...
+
+
+@overload
+def rms_norm(
+    x: Array,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float | None = None,
+    convention: RMSConvention = "torch",
+    bias: Array | None = None,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant,
+    amax_history: Array | None = None,
+    return_stats: Literal[False] = False,
+) -> Quantized: ...
+
+
+@overload
+def rms_norm(
+    x: Array,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float | None = None,
+    convention: RMSConvention = "torch",
+    bias: Array | None = None,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: None = None,
+    amax_history: Array | None = None,
+    return_stats: Literal[True],
+) -> tuple[Array, Stats]: ...
+
+
+@overload
+def rms_norm(
+    x: Array,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float | None = None,
+    convention: RMSConvention = "torch",
+    bias: Array | None = None,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant,
+    amax_history: Array | None = None,
+    return_stats: Literal[True],
+) -> tuple[Quantized, Stats]: ...
+
+
+@_eager.compiled_when_eager("x", "scale", "bias", "amax_history")
+def rms_norm(
+    x: Array,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float | None = None,
+    convention: RMSConvention = "torch",
+    bias: Array | None = None,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant | None = None,
+    amax_history: Array | None = None,
+    return_stats: bool = False,
+) -> Any:
     r"""Root-mean-square normalization, in torch's convention or a named model's.
 
     With ``f()`` a cast to float32 (float64 for float64 input), ``dt`` the input dtype,
@@ -112,9 +188,24 @@ def rms_norm(
         the whole row, from one psum of the per-row sum of squares. ``None`` under plain
         ``jax.jit`` with ``NamedSharding``.
       axis_index_groups: as in ``jax.lax.psum`` (``jax.pmap`` or ``check_vma=False`` only).
+      quantize: a :class:`jln.Quant`: return the output quantized (a :class:`jln.Quantized`)
+        in place of ``y``, computed in XLA from the convention's output rounded to its dtype
+        (``source="output"``) or from its unrounded float32 last step (``source="float32"``,
+        XLA path only). vLLM's ``rms_norm_static_fp8_quant`` is ``convention="llama"`` with
+        ``Quant(scaling="static", scale=s)``; its ``rms_norm_dynamic_per_token_quant`` is
+        ``convention="llama"`` with ``Quant(scaling="row", scale_ub=...)``; flashinfer's
+        ``rmsnorm_quant`` is ``convention="torch"`` with ``Quant(scaling="static", scale=s,
+        source="float32")``. Gradients pass straight through
+        :meth:`jln.Quantized.dequantize` (see :doc:`quantization`).
+      amax_history: with ``Quant(scaling="delayed")``: the float32 amax history ``[L]``
+        (index 0 the most recent); the updated one is the result's ``amax_history``.
+      return_stats: also return :class:`jln.Stats` ``(None, rstd)``: ``rstd =
+        rsqrt(mean(f(x)^2) + eps)`` (seed: ``1 / max(||x|| n^-1/2, eps)``) in float32
+        (float64 for float64 input), shape of ``x`` with the normalized axes of size 1.
 
     Returns:
-      Array of ``x.shape``; dtype as in the table (``x.dtype`` for torch and gemma).
+      Array of ``x.shape``; dtype as in the table (``x.dtype`` for torch and gemma). With
+      ``quantize``, a :class:`jln.Quantized` instead; with ``return_stats``, ``(that, stats)``.
 
     Raises:
       TypeError: ``x`` or a parameter is not floating.
@@ -134,10 +225,12 @@ def rms_norm(
     spec, s, b = _spec(
         fn, x, scale, bias, axis, eps, convention, getattr(x, "dtype", None), impl, axis_name, axis_index_groups
     )
-    return _dispatch.apply(fn, impl, spec, x, (s, b))
+    return _dispatch.apply_with(
+        fn, impl, spec, x, (s, b), quantize=quantize, amax_history=amax_history, return_stats=return_stats
+    )
 
 
-@_eager.compiled_when_eager("x", "residual", "scale")
+@overload
 def add_rms_norm(
     x: Array,
     residual: Array,
@@ -150,7 +243,86 @@ def add_rms_norm(
     impl: Impl = "auto",
     axis_name: Any = None,
     axis_index_groups: Any = None,
-) -> tuple[Array, Array]:
+    quantize: None = None,
+    amax_history: Array | None = None,
+    return_stats: Literal[False] = False,
+) -> tuple[Array, Array]: ...
+
+
+@overload
+def add_rms_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float | None = None,
+    convention: RMSConvention = "torch",
+    residual_in_fp32: bool = False,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant,
+    amax_history: Array | None = None,
+    return_stats: Literal[False] = False,
+) -> tuple[Quantized, Array]: ...
+
+
+@overload
+def add_rms_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float | None = None,
+    convention: RMSConvention = "torch",
+    residual_in_fp32: bool = False,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: None = None,
+    amax_history: Array | None = None,
+    return_stats: Literal[True],
+) -> tuple[Array, Array, Stats]: ...
+
+
+@overload
+def add_rms_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float | None = None,
+    convention: RMSConvention = "torch",
+    residual_in_fp32: bool = False,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant,
+    amax_history: Array | None = None,
+    return_stats: Literal[True],
+) -> tuple[Quantized, Array, Stats]: ...
+
+
+@_eager.compiled_when_eager("x", "residual", "scale", "amax_history")
+def add_rms_norm(
+    x: Array,
+    residual: Array,
+    scale: Array | None = None,
+    *,
+    axis: Axis = -1,
+    eps: float | None = None,
+    convention: RMSConvention = "torch",
+    residual_in_fp32: bool = False,
+    impl: Impl = "auto",
+    axis_name: Any = None,
+    axis_index_groups: Any = None,
+    quantize: Quant | None = None,
+    amax_history: Array | None = None,
+    return_stats: bool = False,
+) -> Any:
     r"""Pre-norm residual step fused: ``s = x + residual``; returns ``(rms_norm(s), s)``.
 
     The norm follows :func:`rms_norm`'s ``convention`` applied to ``s`` as it is (unrounded
@@ -163,10 +335,17 @@ def add_rms_norm(
       scale, axis, eps, convention: as in :func:`rms_norm`.
       residual_in_fp32: compute and return ``s`` in float32 (float64 stays float64).
       impl, axis_name, axis_index_groups: as in :func:`rms_norm`.
+      quantize, amax_history: as in :func:`rms_norm`: ``normed`` is then a
+        :class:`jln.Quantized` (``s`` is never quantized). vLLM's
+        ``fused_add_rms_norm_static_fp8_quant`` is :func:`add_rms_norm` with
+        ``convention="llama"`` and ``Quant(scaling="static", scale=...)``; flashinfer's
+        ``fused_add_rmsnorm_quant`` with ``convention="torch"`` and ``source="float32"``.
+      return_stats: also return :class:`jln.Stats` of ``s`` (third in the tuple).
 
     Returns:
       ``(normed, s)``; ``s`` has the promoted dtype of the inputs (float32 at least with
-      ``residual_in_fp32``). Reverse mode keeps ``s`` and per-row rstd only.
+      ``residual_in_fp32``). Reverse mode keeps ``s`` and per-row rstd only. With
+      ``return_stats``: ``(normed, s, stats)``.
 
     Raises:
       TypeError, ValueError, NameError: as :func:`rms_norm`; ``ValueError`` if the shapes
@@ -184,5 +363,7 @@ def add_rms_norm(
     # the convention gives for an x.dtype input
     spec, sc, _ = _spec(fn, s, scale, None, axis, eps, convention, x.dtype, impl, axis_name, axis_index_groups)
     spec = dataclasses.replace(spec, io_dtype=s.dtype)
-    y, s = _dispatch.apply(fn, impl, spec, s, (sc, None), addends=(x, residual))
-    return y, s
+    return _dispatch.apply_with(
+        fn, impl, spec, s, (sc, None), addends=(x, residual), quantize=quantize, amax_history=amax_history,
+        return_stats=return_stats,
+    )

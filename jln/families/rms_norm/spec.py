@@ -174,6 +174,16 @@ class RMSNormSpec(NormSpec):
         h = _stats.normalized(x32, self.axes, self.eps, None, name, groups)
         return self.tail(h, *operands)
 
+    def row_stats(self, x: Array, *operands: Array | None) -> tuple[Array | None, Array]:
+        """``(None, rstd)``: ``rsqrt(mean(f(x)^2) + eps)`` (seed: ``1 / max(||x|| n^-1/2, eps)``)
+        of ``x`` as the call receives it, in the statistics dtype, keepdims."""
+        x32 = _stats.upcast(x)
+        name, groups = self.axis_name, self.axis_index_groups
+        if self.convention == "seed":
+            n = _stats.count(x.shape, self.axes, name, groups)
+            return None, 1.0 / self.seed_denominator(_stats.sum_square(x32, self.axes, name, groups), n)
+        return None, _stats.inv_std_of(x32, self.axes, self.eps, None, name, groups)
+
     def eager_normalized(self, x32: Array) -> Array:
         """``x / sqrt(mean(x**2) + eps)`` with every op rounded to ``io_dtype`` (a reduction
         accumulates in float32 and rounds once, as torch's mean on CPU); values of ``io_dtype``
