@@ -264,7 +264,6 @@ def test_torch_names_unknown_name_is_refused():
         pytest.param(_bit("gelu_new"), ValueError, "its activation is NewGELUActivation", marks=pytest.mark.slow),
         pytest.param(lambda: _cls(_T + "mobilebert.modeling_mobilebert.NoNorm")(8), TypeError, "normalizes nothing",
                      marks=pytest.mark.slow),  # (the refusal's explanation imports diffusers' references first)
-        (lambda: _cls(_T + "dory.modeling_dory.DoryL2Norm")(), TypeError, "eps on the sum"),
     ],
 )
 def test_refused_precisely(make, exc, words):

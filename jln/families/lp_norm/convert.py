@@ -1,4 +1,5 @@
-"""torch -> jln converters of diffusers' ``LpNorm`` and ``GlobalResponseNorm`` (ConvNeXt-V2's GRN).
+"""torch -> jln converters of diffusers' ``LpNorm`` and ``GlobalResponseNorm`` (ConvNeXt-V2's GRN),
+transformers' ``DoryL2Norm`` and Kandinsky 6's channel L2 norms.
 """
 
 from __future__ import annotations
@@ -42,9 +43,32 @@ def _conv_lp(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
     return C.Spec("LpNorm", {}, (), dict(p=float(p), axis=dim, eps=float(m.eps))), {}
 
 
+def _conv_dory(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    eps = m.variance_epsilon
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps < 0:
+        raise C.unsupported(m, fn, f"variance_epsilon={eps!r}", "jln takes a non-negative float eps.")
+    return C.Spec("LpNorm", {}, (), dict(axis=-1, eps=float(eps), eps_mode="root")), {}
+
+
+def _conv_kandinsky(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    g = m.gamma
+    if g.ndim != 4 or tuple(g.shape[1:]) != (1, 1, 1):
+        raise C.unsupported(m, fn, f"gamma has shape {tuple(g.shape)}, expected (C, 1, 1, 1)",
+                            "jln converts the channel-first gain the class creates.")
+    mult = m.scale
+    if not isinstance(mult, (int, float)) or isinstance(mult, bool):
+        raise C.unsupported(m, fn, f"its `scale` is {mult!r}, expected a Python number (sqrt(C))",
+                            "Set it back to a float.")
+    p = {"scale": C.to_jax(g, "gamma", fn).reshape(-1)}
+    opts = dict(axis=1, multiplier=float(mult), param_dtype=C.param_dtype(p))
+    return C.Spec("ScaledLpNorm", {}, (int(g.shape[0]),), opts), p
+
+
 LAYOUTS: dict[str, C.Layout] = {
     "GlobalResponseNorm": C.Layout("GlobalResponseNorm", _sd_grn),
     "LpNorm": C.Layout("LpNorm", lambda p: {}),
+    # torch's gamma is [C, 1, 1, 1] (the channels of a [B, C, T, H, W] input)
+    "ScaledLpNorm": C.Layout("ScaledLpNorm", lambda p: {"gamma": jnp.asarray(p["scale"]).reshape((-1, 1, 1, 1))}),
 }
 
 CONVERTERS: tuple[C.Converter, ...] = (
@@ -68,5 +92,22 @@ CONVERTERS: tuple[C.Converter, ...] = (
         C.named(("LpNorm",), ("p", "dim", "eps"), package="diffusers"),
         _conv_lp,
         LAYOUTS["LpNorm"],
+    ),
+    C.Converter(
+        "transformers DoryL2Norm and its copies (x * rsqrt(sum(x^2) + eps) in float32)",
+        "LpNorm(eps_mode='root')",
+        C.computes_as(((f"{C.T}.dory.modeling_dory", "DoryL2Norm"),), ("variance_epsilon",)),
+        _conv_dory,
+        LAYOUTS["LpNorm"],
+    ),
+    C.Converter(
+        "diffusers Kandinsky6VAERMSNorm and Kandinsky6SRLatentUpscalerRMSNorm (F.normalize over the "
+        "channels, times sqrt(C) and gamma)",
+        "ScaledLpNorm(axis=1)",
+        C.computes_as(((f"{C.D}.autoencoders.autoencoder_kandinsky6_sr", "Kandinsky6VAERMSNorm"),
+                       (f"{C.D}.latent_upscaler.latent_upscaler_kandinsky6_sr",
+                        "Kandinsky6SRLatentUpscalerRMSNorm")), ("gamma", "scale")),
+        _conv_kandinsky,
+        LAYOUTS["ScaledLpNorm"],
     ),
 )

@@ -24,7 +24,7 @@ FAMILY = Family(
     functions=(LP_NORMALIZE, GLOBAL_RESPONSE_NORM),
     ops=(Op("lp_normalize", LP_NORMALIZE, params=(), exact=True),
          Op("global_response_norm", GLOBAL_RESPONSE_NORM, multi_axis=False, exact=True)),
-    kinds=(module.GLOBAL_RESPONSE_NORM, module.LP_NORM),
+    kinds=(module.GLOBAL_RESPONSE_NORM, module.LP_NORM, module.SCALED_LP_NORM),
     converters=convert.CONVERTERS,
     layouts=convert.LAYOUTS,
 )

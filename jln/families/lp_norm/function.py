@@ -93,6 +93,33 @@ def lp_normalize(x: Array, *, p: float = 2.0, axis: Axis = -1, eps: float = 1e-1
         return (_stats.upcast(x) / denom).astype(x.dtype)
 
 
+def rsqrt_normalize_float32(x: Array, axes: tuple[int, ...], eps: float) -> Array:
+    """``x * rsqrt(sum(x^2) + eps)`` with ``x`` in float32 (torch's ``x.float()``, also for
+    float64 ``x``), rounded once to ``x.dtype``: eps under the root, not a floor (transformers'
+    ``DoryL2Norm``, nGPT's projection onto the unit sphere)."""
+    x32 = _stats.upcast(x).astype(jnp.float32)
+    s = jnp.sum(x32 * x32, axis=axes, keepdims=True)
+    return (x32 * jax.lax.rsqrt(s + jnp.float32(eps))).astype(x.dtype)
+
+
+def scaled_normalize(x: Array, scale: Array, axis: int, eps: float, multiplier: float) -> Array:
+    """Kandinsky 6's ``F.normalize(x.float(), dim=axis).to(x.dtype) * multiplier * scale`` with
+    torch's rounding: the Lp (p=2) normalization of ``x`` in float32, rounded to ``x.dtype``;
+    the product with the Python float ``multiplier`` rounded to ``x.dtype`` again; then the
+    per-channel ``scale`` (``[C]``, at ``axis``), the product rounded to ``x.dtype`` promoted
+    with ``scale``'s dtype."""
+    dt = x.dtype
+    n = lp_normalize(_stats.upcast(x).astype(jnp.float32), p=2.0, axis=axis, eps=eps)
+    work = _stats.stats_dtype(dt)  # float32 (float64 for float64 x)
+    n = _stats.round_to(n.astype(work), dt)
+    y = _stats.round_to(n * jnp.asarray(multiplier, work), dt)
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    out = _stats.promote(dt, scale.dtype)
+    s = jnp.asarray(scale).reshape(shape).astype(work)
+    return _stats.round_to(y * s, out).astype(out)
+
+
 @_eager.compiled_when_eager("x", "gamma", "beta")
 def global_response_norm(
     x: Array,

@@ -4,6 +4,7 @@ options, parameters and the calls of :func:`jln.global_response_norm` and
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -31,7 +32,14 @@ from jln._modules import (
     record,
     zeros,
 )
-from jln.families.lp_norm.function import _check_p, global_response_norm, grn_body, lp_normalize
+from jln.families.lp_norm.function import (
+    _check_p,
+    global_response_norm,
+    grn_body,
+    lp_normalize,
+    rsqrt_normalize_float32,
+    scaled_normalize,
+)
 
 Array = jax.Array
 
@@ -134,9 +142,19 @@ GLOBAL_RESPONSE_NORM = Kind(
 # --------------------------------------------------------------------------- LpNorm
 
 
+_EPS_MODES = ("floor", "root")
+
+
 def _check_lp(cfg: Any) -> None:
     fn = "jln LpNorm"
     _check_p(cfg.p, fn)
+    if cfg.eps_mode not in _EPS_MODES:
+        raise ValueError(f"{fn}: `eps_mode` must be one of {_EPS_MODES}; received {cfg.eps_mode!r}.")
+    if cfg.eps_mode == "root" and cfg.p != 2:
+        raise ValueError(
+            f"{fn}: eps_mode='root' (x * rsqrt(sum(x^2) + eps)) is an L2 norm; received p={cfg.p!r}. "
+            f"Use p=2, or eps_mode='floor' for another p."
+        )
     if isinstance(cfg.axis, list):
         object.__setattr__(cfg, "axis", tuple(cfg.axis))
     _validate.check_eps(cfg.eps, fn)
@@ -148,7 +166,12 @@ LpNormConfig = make_config(
     "LpNormConfig",
     (Option("p", "float", 2.0, "the norm's exponent (positive, or ``float('inf')``)."),
      Option("axis", "Axis", -1, "axis or axes the norm runs over (torch's ``dim``)."),
-     EPS.but(default=1e-12, doc="floor of the norm (torch's 1e-12)."), DTYPE, PARAM_DTYPE),
+     EPS.but(default=1e-12, doc="floor of the norm (torch's 1e-12); with ``eps_mode='root'``, added to "
+             "the sum of squares."),
+     Option("eps_mode", M.literal(_EPS_MODES), "floor", "``\"floor\"``: ``x / max(||x||_p, eps)`` "
+            "(``F.normalize``, :func:`jln.lp_normalize`). ``\"root\"`` (``p=2`` only): ``x * rsqrt(sum(x^2) + "
+            "eps)`` in float32, rounded once to ``x``'s dtype (transformers' ``DoryL2Norm``, nGPT)."),
+     DTYPE, PARAM_DTYPE),
     _check_lp,
 )
 
@@ -158,18 +181,110 @@ def lp_specs(cfg: Any) -> dict[str, Any]:
 
 
 def apply_lp(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
-    y = lp_normalize(cast_in(x, cfg.dtype), p=cfg.p, axis=cfg.axis, eps=cfg.eps)
+    xi = cast_in(x, cfg.dtype)
+    if cfg.eps_mode == "root":
+        fn = "jln LpNorm"
+        _validate.check_floating(xi, fn)
+        y = rsqrt_normalize_float32(xi, _validate.normalize_axes(cfg.axis, xi.ndim, fn), cfg.eps)
+    else:
+        y = lp_normalize(xi, p=cfg.p, axis=cfg.axis, eps=cfg.eps)
     return cast_out(y, cfg.dtype), None
 
 
 LP_NORM = Kind(
     "LpNorm", LpNormConfig, lp_specs, apply_lp, ("x",),
     doc="Lp normalization, ``x / max(||x||_p, eps)`` (``torch.nn.functional.normalize``; diffusers "
-        "``LpNorm``); no parameters. Calls :func:`jln.lp_normalize`.",
+        "``LpNorm``); no parameters. Calls :func:`jln.lp_normalize`; ``eps_mode='root'`` computes "
+        "``x * rsqrt(sum(x^2) + eps)`` instead (transformers' ``DoryL2Norm``).",
     returns="(``__call__(x)``): array like ``x`` (or ``dtype``).",
     raises="TypeError, ValueError: as :func:`jln.lp_normalize`.",
     examples=(LINEN_IMPORTS + "  >>> x = jnp.array([[3.0, 4.0]])\n  >>> jnn.LpNorm().apply({}, x)\n  "
               "Array([[0.6, 0.8]], dtype=float32)",
               NNX_IMPORTS + "  >>> jnnx.LpNorm()(jnp.array([[3.0, 4.0]]))\n  Array([[0.6, 0.8]], dtype=float32)"),
     rngs_doc="unused (no parameters).",
+)
+
+# --------------------------------------------------------------------------- ScaledLpNorm
+
+
+def _check_scaled(cfg: Any) -> None:
+    fn = "jln ScaledLpNorm"
+    if not isinstance(cfg.axis, int) or isinstance(cfg.axis, bool):
+        raise TypeError(f"{fn}: `axis` must be one int (the channel axis); received {cfg.axis!r}.")
+    _validate.check_eps(cfg.eps, fn)
+    m = cfg.multiplier
+    if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float))):
+        raise TypeError(f"{fn}: `multiplier` must be a number or None (sqrt of the channels); received {m!r}.")
+    _validate.check_inits(cfg, fn, ("scale_init",))
+    if cfg.dtype is not None and not jnp.issubdtype(jnp.dtype(cfg.dtype), jnp.floating):
+        raise TypeError(f"{fn}: `dtype` must be a floating dtype or None; received {cfg.dtype!r}.")
+
+
+ScaledLpNormConfig = make_config(
+    "ScaledLpNormConfig",
+    (Option("axis", "int", -1, "the channel axis the norm runs over and ``scale`` lies along (Kandinsky 6: 1)."),
+     EPS.but(default=1e-12, doc="floor of the norm (``F.normalize``'s 1e-12)."),
+     Option("multiplier", "float | None", None, "the constant the normalized ``x`` is multiplied by, rounded "
+            "to ``x``'s dtype; ``None``: ``sqrt(num_features)`` (Kandinsky 6's)."),
+     Option("scale_init", "Initializer | None", None, "initializer of ``scale``; ``None``: ones."),
+     DTYPE, PARAM_DTYPE),
+    _check_scaled,
+)
+
+
+def scaled_specs(cfg: Any, num_features: int) -> dict[str, Any]:
+    return {"scale": M.param_spec((num_features,), cfg.scale_init, M.ones)}
+
+
+def _scaled_channels(cfg: Any, x: Array, name: str, fn: str) -> int:
+    _validate.check_floating(x, fn, name)
+    ax = _validate.normalize_axes(cfg.axis, x.ndim, fn)[0]
+    return int(x.shape[ax])
+
+
+def _check_scaled_channels(cfg: Any, x: Array, n: int, fn: str) -> None:
+    if _scaled_channels(cfg, x, "x", fn) != n:
+        raise ValueError(
+            f"{fn}: the module was built for {n} channels at axis={cfg.axis}; received x.shape={tuple(x.shape)}."
+        )
+
+
+def apply_scaled(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
+    fn = "jln ScaledLpNorm"
+    xi = cast_in(x, cfg.dtype)
+    scale = params["scale"]
+    n = _scaled_channels(cfg, xi, "x", fn)
+    if scale.shape != (n,):
+        raise ValueError(
+            f"{fn}: `scale` must have shape ({n},), the size of x's axis {cfg.axis}; received "
+            f"{tuple(scale.shape)} for x.shape={tuple(xi.shape)}."
+        )
+    mult = math.sqrt(n) if cfg.multiplier is None else float(cfg.multiplier)
+    axis = _validate.normalize_axes(cfg.axis, xi.ndim, fn)[0]
+    y = scaled_normalize(xi, scale, axis, _validate.check_eps(cfg.eps, fn), mult)
+    return cast_out(y, cfg.dtype), None
+
+
+SCALED_LP_NORM = Kind(
+    "ScaledLpNorm", ScaledLpNormConfig, scaled_specs, apply_scaled, ("x",),
+    doc="L2 normalization over the channels, times a constant and a learned per-channel ``scale``: "
+        "``F.normalize(x.float(), dim=axis).to(x.dtype) * multiplier * scale`` op by op with torch's "
+        "rounding (diffusers' ``Kandinsky6VAERMSNorm`` and ``Kandinsky6SRLatentUpscalerRMSNorm``, "
+        "``multiplier = sqrt(C)``). The norm is taken in float32 and rounded to ``x``'s dtype, the "
+        "product with ``multiplier`` rounds to ``x``'s dtype, the product with ``scale`` to ``x``'s "
+        "dtype promoted with ``scale``'s (as torch promotes a bfloat16 ``x`` with a float32 "
+        "parameter).\n\ntorch's ``gamma`` of shape ``[C, 1, 1, 1]`` lies along axis 1 of a 5-D "
+        "``[B, C, T, H, W]`` input, the layout those classes take; ``axis`` places ``scale`` at that "
+        "axis of any input.",
+    returns="(``__call__(x)``): array like ``x``; dtype ``x.dtype`` promoted with ``scale``'s (or ``dtype``).",
+    raises="TypeError, ValueError: a non-floating ``x``, a bad ``axis``, a channel count other than "
+           "``num_features``.",
+    examples=(LINEN_IMPORTS + "  >>> x = jnp.array([[3.0, 4.0]])\n  >>> m = jnn.ScaledLpNorm(multiplier=1.0)\n"
+              "  >>> m.apply(m.init(jax.random.key(0), x), x)\n  Array([[0.6, 0.8]], dtype=float32)",
+              NNX_IMPORTS + "  >>> jnnx.ScaledLpNorm(2, multiplier=1.0)(jnp.array([[3.0, 4.0]]))\n"
+              "  Array([[0.6, 0.8]], dtype=float32)"),
+    rngs_doc=NORM_RNGS,
+    shapes=(Shape("num_features", "int", "channels, the size of ``x`` at ``axis``.", 0,
+                  lambda v, fn: _validate.check_positive(v, "num_features", fn), _scaled_channels,
+                  _check_scaled_channels, M.stored_rows("scale")),),
 )

@@ -383,14 +383,6 @@ CONVERTERS: tuple[C.Converter, ...] = (
 
 #: Classes recognised by computation but not reproduced (:data:`jln._convert.NearMisses`)
 NEAR_MISSES: C.NearMisses = (
-    (((f"{C.T}.dory.modeling_dory", "DoryL2Norm"),),
-     "it divides by sqrt(sum(x^2) + eps), an L2 norm with eps on the sum; jln's RMSNorm takes the mean "
-     "(RMSNorm(eps=eps/D) / sqrt(D) is the same in exact arithmetic, one rounding apart in float32), and "
-     "jln.lp_normalize floors the norm, max(||x||, eps), instead of adding eps under the root"),
-    ((("diffusers.models.autoencoders.autoencoder_kandinsky6_sr", "Kandinsky6VAERMSNorm"),
-      ("diffusers.models.latent_upscaler.latent_upscaler_kandinsky6_sr", "Kandinsky6SRLatentUpscalerRMSNorm")),
-     "it is F.normalize over the channels (x / max(||x||, 1e-12)) rounded to x's dtype, then "
-     "`* sqrt(C) * gamma` in that dtype; jln's RMSNorm divides by the root mean square with eps inside"),
     (((f"{C.T}.hy_v4.modeling_hy_v4", "HYV4UnweightedRMSNorm"),
       (f"{C.T}.hy_v4_vl.modeling_hy_v4_vl", "HYV4VLUnweightedRMSNorm")),
      "it returns only the statistic, rsqrt(mean(f(x)^2) + eps) cast to x's dtype, of shape [..., 1], not a "

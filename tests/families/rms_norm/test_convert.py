@@ -104,7 +104,6 @@ def _bare(cls: type) -> Any:
 
 
 @pytest.mark.parametrize(("module", "name", "says"), [
-    ("dory.modeling_dory", "DoryL2Norm", "eps on the sum"),
     ("hy_v4.modeling_hy_v4", "HYV4UnweightedRMSNorm", "returns only the statistic"),
     ("hy_v4_vl.modeling_hy_v4_vl", "HYV4VLUnweightedRMSNorm", "returns only the statistic"),
     ("pocket_tts.modeling_pocket_tts", "PocketTTSFlowLayerNorm", "not correctly rounded"),
