@@ -250,7 +250,20 @@ def _reductions(jaxpr: Any, out: list[tuple[tuple[int, ...], tuple[int, ...]]]) 
     return out
 
 
-@pytest.mark.parametrize("name", [op.name for op in _index.OPS if op.fn.spec is not None and op.fn.min_rank <= 2])
+def _unit_axis_ops() -> list[Any]:
+    """Every op through a spec's body; the first of each family by default, the rest slow."""
+    seen: set[str] = set()
+    params = []
+    for op in _index.OPS:
+        if op.fn.spec is None or op.fn.min_rank > 2:
+            continue
+        marks = (pytest.mark.slow,) if op.family in seen else ()
+        seen.add(op.family)
+        params.append(pytest.param(op.name, marks=marks, id=op.name))
+    return params
+
+
+@pytest.mark.parametrize("name", _unit_axis_ops())
 def test_unit_axes_among_the_rows_are_dropped_before_the_body(name: str) -> None:
     # XLA:CPU's reverse mode is several times slower with a size-1 axis among the rows
     # ((B, 1, D)): the body drops it, so no reduction sees an axis of size 1 it keeps, and the
