@@ -79,7 +79,7 @@ def _grad_names(op):
 
 
 def _backward_cases():
-    """The forward grid without the wide shape in half precision; by default float32 and
+    """The forward grid, the wide shape in float32 only; by default float32 and
     bfloat16 only (float16 and float64 gradients run in the slow pass)."""
     for c in CASES:
         dtype, shape = c.values[1], c.values[3]
