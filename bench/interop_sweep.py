@@ -3,7 +3,7 @@ diffusers ship.
 
 Finds the classes (``torch.nn`` names containing "Norm"; in transformers every
 ``models/*/modeling_*.py``, in diffusers every file under ``models/``, the classes whose name
-contains "Norm", composite layers such as ``...ConvNormLayer`` or ``...PreLayerNormModel`` left
+contains "Norm" or ends in "GRN", composite layers such as ``...ConvNormLayer`` or ``...PreLayerNormModel`` left
 out), instantiates each with plausible arguments (hidden size 64, the constructor's defaults, a
 small config where the constructor takes one), perturbs its parameters, and runs
 ``from_torch`` on it. A converted class is then compared with torch on random input: float32
@@ -97,7 +97,8 @@ def _time_limit(seconds: int):
 
 
 def _is_norm_name(name: str) -> bool:
-    return "Norm" in name and not _NOT_A_NORM.search(name)
+    # "GRN": Global Response Normalization (transformers' ConvNextV2GRN) carries no "Norm"
+    return ("Norm" in name or name.endswith("GRN")) and not _NOT_A_NORM.search(name)
 
 
 def _classes_in(path: Path) -> list[str]:

@@ -115,7 +115,16 @@ class Layout:
     """A jln module's parameter tree -> torch ``state_dict`` (arrays, not yet tensors)."""
 
     jln_class: str
-    to_state_dict: Callable[[Params], dict[str, Any]]
+    #: ``to_state_dict(params)``, or ``to_state_dict(params, cfg)`` (the module's options) with
+    #: ``takes_cfg``: where an option decides the torch shapes (GRN's ``broadcast_rank``)
+    to_state_dict: Callable[..., dict[str, Any]]
+    takes_cfg: bool = False
+
+    def state_dict(self, params: Params, module: Any) -> dict[str, Any]:
+        """``params`` (a jln module's tree) as torch's ``state_dict`` arrays for ``module``."""
+        if self.takes_cfg:
+            return self.to_state_dict(params, getattr(module, "cfg", None))
+        return self.to_state_dict(params)
 
 
 

@@ -694,7 +694,7 @@ def _param_grads(
     except TypeError:
         return []
     named = [k for k, v in tmod.named_parameters() if v.requires_grad]
-    if not named or set(layout.to_state_dict(jm.params)) != set(named):
+    if not named or set(layout.state_dict(jm.params, jm.module)) != set(named):
         return []
     keys = list(ins) if isinstance(ins, Mapping) else None
     vals = [_compare.to_numpy(v) for v in (ins.values() if isinstance(ins, Mapping) else ins)]
@@ -707,7 +707,7 @@ def _param_grads(
     leaves, treedef = jax.tree.flatten(out)
     cts = _cotangents(leaves, seed)
     (g,) = vjp(_jax_cotangent(cts, leaves, treedef))
-    j_grads = {k: np.asarray(v) for k, v in layout.to_state_dict(g).items()}
+    j_grads = {k: np.asarray(v) for k, v in layout.state_dict(g, jm.module).items()}
 
     def torch_grads(m: Any, float64: bool) -> dict[str, np.ndarray]:
         params = dict(m.named_parameters())

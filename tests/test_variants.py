@@ -276,11 +276,6 @@ def test_refusals_say_what_differs_from_the_nearest_family(path: str, name: str,
         from_torch(_hf(f"{_T}.{path}", name)(*args))
 
 
-def test_esmfold_layer_norm_with_float32_weights_says_why() -> None:
-    with pytest.raises(ValueError, match="casts them to bfloat16 for bfloat16 input only"):
-        from_torch(_hf(f"{_T}.esm.modeling_esmfold", "EsmFoldLayerNorm")(D))
-
-
 def test_an_unknown_norm_gets_the_nearest_families() -> None:
     class MyRMSNorm(torch.nn.Module):
         def forward(self, x: Any) -> Any:

@@ -332,8 +332,8 @@ def to_torch_state_dict(variables: Any, module: Any = None) -> dict[str, Any]:
 
     if isinstance(module, flax.linen.Module):  # (an nnx module's parameters are its own)
         _check_tree(module, layout, params, fn)
-    arrays = layout.to_state_dict({**params, **stats} if stats else params)  # (running statistics)
-    arrays = _renamed(arrays, getattr(getattr(module, "cfg", None), "torch_names", None), fn)
+    tree = {**params, **stats} if stats else params  # (running statistics)
+    arrays = _renamed(layout.state_dict(tree, module), getattr(getattr(module, "cfg", None), "torch_names", None), fn)
     return {k: _convert.to_torch(v, k, fn) for k, v in arrays.items()}
 
 

@@ -28,23 +28,12 @@ def _conv_layer_norm(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
 
 def _conv_esmfold(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
     """transformers ``EsmFoldLayerNorm``: ``F.layer_norm`` with its weight and bias cast to
-    bfloat16 for bfloat16 input, as they are otherwise. With bfloat16 parameters the cast does
-    nothing (and torch takes only bfloat16 input with them), so it is torch's LayerNorm; with
-    any other parameter dtype its numbers depend on the input's dtype, which no jln option does."""
-    shape = (int(m.c_in[0]),)
-    dtypes = {str(t.dtype) for t in (m.weight, m.bias)}
-    if dtypes != {"torch.bfloat16"}:
-        raise C.unsupported(
-            m, fn,
-            f"its parameters are {', '.join(sorted(dtypes))}: it casts them to bfloat16 for bfloat16 input only, so "
-            f"its numbers depend on the input's dtype (float32 input: the parameters as they are; bfloat16 input: "
-            f"rounded to bfloat16 first), which no jln LayerNorm option does",
-            "Cast the module to bfloat16 (module.bfloat16()) to convert it exactly (it is then torch's LayerNorm), "
-            "or convert a torch.nn.LayerNorm holding the weights for float32 use.",
-        )
+    bfloat16 for bfloat16 input, used as they are otherwise: ``LayerNorm`` with
+    ``round_params_for_bf16`` (a no-op for bfloat16 parameters)."""
     p = C.affine(m, fn)
-    opts = dict(eps=float(m.eps), axis=-1, use_scale=True, use_bias=True, param_dtype=C.param_dtype(p))
-    return C.Spec("LayerNorm", {}, (shape[0],), opts), p
+    opts = dict(eps=float(m.eps), axis=-1, use_scale=True, use_bias=True, param_dtype=C.param_dtype(p),
+                round_params_for_bf16=True)
+    return C.Spec("LayerNorm", {}, (int(m.c_in[0]),), opts), p
 
 
 def _ln_channels(first: Callable[[Any], bool]) -> Callable[[Any, str], tuple[C.Spec, C.Params]]:
@@ -266,8 +255,8 @@ CONVERTERS: tuple[C.Converter, ...] = (
         LAYOUTS["LayerNorm"],
     ),
     C.Converter(
-        "transformers EsmFoldLayerNorm (bfloat16 parameters) and its copies",
-        "LayerNorm",
+        "transformers EsmFoldLayerNorm (parameters cast to bfloat16 for bfloat16 input) and its copies",
+        "LayerNorm(round_params_for_bf16=True)",
         C.computes_as(((f"{C.T}.esm.modeling_esmfold", "EsmFoldLayerNorm"),), ("c_in", "eps", "weight", "bias")),
         _conv_esmfold,
         LAYOUTS["LayerNorm"],

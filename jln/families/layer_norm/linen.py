@@ -64,6 +64,11 @@ class LayerNorm(_linen.Module):
         ``axis=-1`` on ``[batch, heads, seq, head_dim]``: one LayerNorm per head, parameters
         ``(heads, head_dim)`` (NNX: ``num_features`` is that shape). ``None``: ``axis``. Runs on the
         XLA path.
+      round_params_for_bf16: with bfloat16 input (after ``dtype``), round ``scale`` and ``bias`` to
+        bfloat16 before the norm; other inputs use them as they are. transformers'
+        ``EsmFoldLayerNorm`` does this (``weight.to(x.dtype)`` for bfloat16 ``x`` only), so its
+        float32 parameters give float32 input torch's LayerNorm and bfloat16 input the rounded
+        weights.
 
     Returns (``__call__(x)``): array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
 
@@ -100,6 +105,7 @@ class LayerNorm(_linen.Module):
     convention: Literal["torch", "deberta", "moonshine", "eager", "vitdet"] = "torch"
     torch_names: TorchNames | None = None
     param_axes: Axis | None = None
+    round_params_for_bf16: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:

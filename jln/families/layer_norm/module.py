@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
-from jln import _validate
+from jln import _stats, _validate
 from jln._modules import (
     AXIS,
     BIAS_INIT,
@@ -73,7 +74,14 @@ _LN_OPTIONS = (
             "per head, parameters ``(heads, head_dim)`` (NNX: ``num_features`` is that shape). ``None``: "
             "``axis``. Runs on the XLA path."))
 
-LayerNormConfig = make_config("LayerNormConfig", _LN_OPTIONS, _check_layer_norm)
+#: LayerNorm's own option (not QuantizedLayerNorm's): an input-dependent parameter rounding
+ROUND_PARAMS_FOR_BF16 = Option(
+    "round_params_for_bf16", "bool", False, "with bfloat16 input (after ``dtype``), round ``scale`` and "
+    "``bias`` to bfloat16 before the norm; other inputs use them as they are. transformers' "
+    "``EsmFoldLayerNorm`` does this (``weight.to(x.dtype)`` for bfloat16 ``x`` only), so its float32 "
+    "parameters give float32 input torch's LayerNorm and bfloat16 input the rounded weights.")
+
+LayerNormConfig = make_config("LayerNormConfig", (*_LN_OPTIONS, ROUND_PARAMS_FOR_BF16), _check_layer_norm)
 
 
 def _check_quantized_layer_norm(cfg: Any) -> None:
@@ -104,7 +112,11 @@ def _options(cfg: Any) -> dict[str, Any]:
 
 
 def apply_layer_norm(params: Params, x: Array, cfg: Any) -> tuple[Array, Stats]:
-    """``jln.layer_norm(x, scale, bias)`` with the module's dtype rule and monitor."""
+    """``jln.layer_norm(x, scale, bias)`` with the module's dtype rule and monitor
+    (``round_params_for_bf16``: the parameters rounded to bfloat16 for bfloat16 input)."""
+    if cfg.round_params_for_bf16 and jnp.dtype(cfg.dtype or x.dtype) == jnp.bfloat16:
+        # round_to, not a bare astype: XLA may keep a cast round trip's excess precision under jit
+        params = {k: _stats.round_to(v, jnp.bfloat16).astype(jnp.bfloat16) for k, v in params.items()}
     return apply_norm(layer_norm, params, x, cfg, "jln LayerNorm", **_options(cfg))
 
 

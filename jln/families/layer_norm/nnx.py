@@ -68,6 +68,11 @@ class LayerNorm(_nnx.Module):
         ``axis=-1`` on ``[batch, heads, seq, head_dim]``: one LayerNorm per head, parameters
         ``(heads, head_dim)`` (NNX: ``num_features`` is that shape). ``None``: ``axis``. Runs on the
         XLA path.
+      round_params_for_bf16: with bfloat16 input (after ``dtype``), round ``scale`` and ``bias`` to
+        bfloat16 before the norm; other inputs use them as they are. transformers'
+        ``EsmFoldLayerNorm`` does this (``weight.to(x.dtype)`` for bfloat16 ``x`` only), so its
+        float32 parameters give float32 input torch's LayerNorm and bfloat16 input the rounded
+        weights.
       rngs: the key of an initializer other than ones and zeros; otherwise unused.
 
     Returns (``__call__(x)``): array of ``x.shape``, dtype ``x.dtype`` (or ``dtype``).
@@ -107,6 +112,7 @@ class LayerNorm(_nnx.Module):
     convention: Literal["torch", "deberta", "moonshine", "eager", "vitdet"]
     torch_names: TorchNames | None
     param_axes: Axis | None
+    round_params_for_bf16: bool
 
     def __init__(
         self,
@@ -128,6 +134,7 @@ class LayerNorm(_nnx.Module):
         convention: Literal["torch", "deberta", "moonshine", "eager", "vitdet"] = "torch",
         torch_names: TorchNames | None = None,
         param_axes: Axis | None = None,
+        round_params_for_bf16: bool = False,
         rngs: nnx.Rngs | None = None,
     ) -> None:
         """Build the module: the arguments are the Args of the class docstring."""
@@ -151,6 +158,7 @@ class LayerNorm(_nnx.Module):
                 convention=convention,
                 torch_names=torch_names,
                 param_axes=param_axes,
+                round_params_for_bf16=round_params_for_bf16,
             ),
             rngs,
         )

@@ -11,23 +11,30 @@ import jax.numpy as jnp
 from jln import _convert as C
 
 
-def _sd_grn(p: C.Params) -> dict[str, Any]:
-    # torch keeps gamma and beta as [1, 1, 1, C]
-    return {n: jnp.asarray(p[n]).reshape((1, 1, 1, -1)) for n in ("gamma", "beta")}
+def _sd_grn(p: C.Params, cfg: Any) -> dict[str, Any]:
+    # torch keeps gamma and beta as [1, ..., 1, C] of rank broadcast_rank (ConvNeXt-V2's: 4)
+    lead = (1,) * ((cfg.broadcast_rank or 4) - 1)
+    return {n: jnp.asarray(p[n]).reshape((*lead, -1)) for n in ("gamma", "beta")}
 
 
-def _grn(gamma: str, beta: str) -> Any:
-    """A GRN whose ``[1, 1, 1, C]`` parameters are ``m.<gamma>`` and ``m.<beta>`` (diffusers'
-    ``gamma``/``beta``, ConvNeXt-V2's ``weight``/``bias``), with torch's broadcasting against
-    them (``broadcast_rank=4``: a 3-D input gives a 4-D output, a channel axis of 1 broadcasts)."""
+def _grn(gamma: str, beta: str, spatial: tuple[int, ...] = (1, 2)) -> Any:
+    """A GRN over ``spatial`` (``torch.norm``'s ``dim``) whose ``[1, ..., 1, C]`` parameters
+    (rank ``len(spatial) + 2``) are ``m.<gamma>`` and ``m.<beta>`` (diffusers' ``gamma``/``beta``,
+    ConvNeXt-V2's ``weight``/``bias``), with torch's broadcasting against them
+    (``broadcast_rank``: an input of lower rank gains leading axes, a channel axis of 1
+    broadcasts)."""
+    rank = len(spatial) + 2
 
     def convert(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
         g, b = getattr(m, gamma), getattr(m, beta)
-        if g.ndim != 4 or tuple(g.shape[:3]) != (1, 1, 1) or tuple(b.shape) != tuple(g.shape):
+        want = (*(1,) * (rank - 1), "C")
+        if g.ndim != rank or set(g.shape[:-1]) != {1} or tuple(b.shape) != tuple(g.shape):
             raise C.unsupported(m, fn, f"{gamma} has shape {tuple(g.shape)} and {beta} {tuple(b.shape)}, "
-                               f"expected (1, 1, 1, C) both", "")
+                               f"expected {want} both", "")
         p = {"gamma": C.to_jax(g, gamma, fn).reshape(-1), "beta": C.to_jax(b, beta, fn).reshape(-1)}
-        opts: dict[str, Any] = dict(param_dtype=C.param_dtype(p), broadcast_rank=4)
+        opts: dict[str, Any] = dict(param_dtype=C.param_dtype(p), broadcast_rank=rank)
+        if spatial != (1, 2):
+            opts["spatial_axes"] = spatial
         if (gamma, beta) != ("gamma", "beta"):
             opts["torch_names"] = (("beta", beta), ("gamma", gamma))
         return C.Spec("GlobalResponseNorm", {}, (int(g.shape[-1]),), opts), p
@@ -65,7 +72,7 @@ def _conv_kandinsky(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
 
 
 LAYOUTS: dict[str, C.Layout] = {
-    "GlobalResponseNorm": C.Layout("GlobalResponseNorm", _sd_grn),
+    "GlobalResponseNorm": C.Layout("GlobalResponseNorm", _sd_grn, takes_cfg=True),
     "LpNorm": C.Layout("LpNorm", lambda p: {}),
     # torch's gamma is [C, 1, 1, 1] (the channels of a [B, C, T, H, W] input)
     "ScaledLpNorm": C.Layout("ScaledLpNorm", lambda p: {"gamma": jnp.asarray(p["scale"]).reshape((-1, 1, 1, 1))}),
@@ -84,6 +91,14 @@ CONVERTERS: tuple[C.Converter, ...] = (
         "GlobalResponseNorm(torch_names=...)",
         C.computes_as(((f"{C.T}.convnextv2.modeling_convnextv2", "ConvNextV2GRN"),), ("weight", "bias")),
         _grn("weight", "bias"),
+        LAYOUTS["GlobalResponseNorm"],
+    ),
+    C.Converter(
+        "diffusers AudioDiTGRN (LongCat audio DiT: GRN over the time axis of [B, T, C], [1, 1, C] parameters) "
+        "and its copies",
+        "GlobalResponseNorm(spatial_axes=(1,), broadcast_rank=3)",
+        C.computes_as(((f"{C.D}.transformers.transformer_longcat_audio_dit", "AudioDiTGRN"),), ("gamma", "beta")),
+        _grn("gamma", "beta", spatial=(1,)),
         LAYOUTS["GlobalResponseNorm"],
     ),
     C.Converter(

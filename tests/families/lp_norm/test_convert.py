@@ -1,4 +1,5 @@
-"""The converted GRNs (diffusers' ``GlobalResponseNorm``, transformers' ``ConvNextV2GRN``) on
+"""The converted GRNs (diffusers' ``GlobalResponseNorm``, transformers' ``ConvNextV2GRN``, LongCat's
+``AudioDiTGRN`` over the time axis) on
 every input layout torch takes: the channels-last ``[N, H, W, C]``, more spatial axes, a 3-D
 ``[N, L, C]`` (torch's ``dim=(1, 2)`` then holds the channels and its ``[1, 1, 1, C]``
 parameters make the result 4-D) and a channel axis of 1 (broadcast to ``C``). The expected
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import pytest
 
@@ -81,11 +83,48 @@ def test_convnextv2_grn_converts_and_round_trips() -> None:
     assert torch.equal(fresh.weight, m.weight) and torch.equal(fresh.bias, m.bias)
 
 
+AUDIO_SHAPES = [(2, 9, C), (2, 9, 1), (9, C), (2, 3, 4, C)]
+
+
+def _audio_grn(dtype: Any) -> Any:
+    from diffusers.models.transformers.transformer_longcat_audio_dit import AudioDiTGRN
+
+    m = AudioDiTGRN(C)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(generator=torch.Generator().manual_seed(2))
+    return m.to(dtype).eval()
+
+
+@pytest.mark.parametrize("shape", AUDIO_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_audio_dit_grn_over_the_time_axis(shape: tuple[int, ...], dtype: str) -> None:
+    # LongCat's GRN: torch.norm over dim=1 of [B, T, C], [1, 1, C] parameters (a 2-D input
+    # becomes [1, T, C]; a 4-D one keeps its axes 2.. as they are)
+    dt = getattr(torch, dtype)
+    m = _audio_grn(dt)
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(3)).to(dt)
+    with torch.no_grad():
+        want = m(x)
+    lin, variables = from_torch(m)
+    assert (lin.broadcast_rank, tuple(lin.spatial_axes)) == (3, (1,))
+    for got in (lin.apply(variables, _jax(x)), jax.jit(lin.apply)(variables, _jax(x)),
+                from_torch(m, api="nnx")(_jax(x))):
+        assert got.shape == tuple(want.shape)
+        assert_same((got,), (want,), dt)
+    sd = to_torch_state_dict(variables, lin)
+    assert {k: tuple(v.shape) for k, v in sd.items()} == {"gamma": (1, 1, C), "beta": (1, 1, C)}
+    fresh = _audio_grn(torch.float32)
+    fresh.load_state_dict(sd, strict=True)
+    assert torch.equal(fresh.gamma.to(dt), m.gamma)
+    assert {k: tuple(v.shape) for k, v in to_torch_state_dict(from_torch(m, api="nnx")).items()} == {
+        "gamma": (1, 1, C), "beta": (1, 1, C)}
+
+
 # --------------------------------------------------------------------------- Kandinsky 6, Dory
 
 import copy  # noqa: E402
 
-import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from jln import linen as jnn  # noqa: E402
