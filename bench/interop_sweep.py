@@ -343,6 +343,9 @@ def _extra_candidates(m: Any, x_shape: tuple[int, ...]) -> list[tuple[int, ...]]
 
     ks = [int(s.in_features) for s in m.modules() if isinstance(s, torch.nn.Linear)]
     out = [x_shape] + [(BATCH, k) for k in ks] + [(BATCH, 1, k) for k in ks] + [(BATCH, x_shape[-1]), (BATCH, 32)]
+    # a feature map a convolution reads (SpatialNorm's zq): its channels at x's spatial shape and smaller
+    cs = [int(s.in_channels) for s in m.modules() if isinstance(s, torch.nn.Conv2d)]
+    out += [(BATCH, c, *x_shape[2:]) for c in cs if len(x_shape) == 4] + [(BATCH, c, 2, 2) for c in cs]
     return list(dict.fromkeys(out))
 
 

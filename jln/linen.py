@@ -22,6 +22,7 @@ from jln.families.adaptive.linen import AdaLNZeroJoint as AdaLNZeroJoint
 from jln.families.adaptive.linen import AdaptiveLayerNorm as AdaptiveLayerNorm
 from jln.families.adaptive.linen import AdaRMSNorm as AdaRMSNorm
 from jln.families.adaptive.linen import ModulatedRMSNorm as ModulatedRMSNorm
+from jln.families.adaptive.linen import SpatialNorm as SpatialNorm
 from jln.families.batch_norm.linen import BatchNorm as BatchNorm
 from jln.families.batch_norm.linen import FrozenBatchNorm as FrozenBatchNorm
 from jln.families.batch_norm.linen import GroupNorm as GroupNorm
@@ -57,6 +58,7 @@ __all__ = [
     "ModulatedRMSNorm",
     "AdaRMSNorm",
     "AdaLNSigmoidGate",
+    "SpatialNorm",
     "BatchNorm",
     "InstanceNorm",
     "GroupNorm",

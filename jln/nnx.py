@@ -21,6 +21,7 @@ from jln.families.adaptive.nnx import AdaLNZeroJoint as AdaLNZeroJoint
 from jln.families.adaptive.nnx import AdaptiveLayerNorm as AdaptiveLayerNorm
 from jln.families.adaptive.nnx import AdaRMSNorm as AdaRMSNorm
 from jln.families.adaptive.nnx import ModulatedRMSNorm as ModulatedRMSNorm
+from jln.families.adaptive.nnx import SpatialNorm as SpatialNorm
 from jln.families.batch_norm.nnx import BatchNorm as BatchNorm
 from jln.families.batch_norm.nnx import FrozenBatchNorm as FrozenBatchNorm
 from jln.families.batch_norm.nnx import GroupNorm as GroupNorm
@@ -56,6 +57,7 @@ __all__ = [
     "ModulatedRMSNorm",
     "AdaRMSNorm",
     "AdaLNSigmoidGate",
+    "SpatialNorm",
     "BatchNorm",
     "InstanceNorm",
     "GroupNorm",

@@ -393,3 +393,116 @@ ADA_LN_SIGMOID_GATE = Kind(
               "jnp.ones((2, 4))).shape\n  (2, 5, 8)"),
     rngs_doc=M.DENSE_RNGS, shapes=(M.cond_features("cond", "gate_proj/kernel"),), positional=1,
 )
+
+# --------------------------------------------------------------------------- SpatialNorm
+
+
+def nearest_indices(n_in: int, n_out: int) -> Any:
+    """The source index of each of ``n_out`` positions under torch's ``F.interpolate(...,
+    size=..., mode="nearest")``: ``min(floor(i * (n_in / n_out)), n_in - 1)`` with the scale
+    and the product in float32 (torch's CPU and CUDA kernels), ``i // 2`` for an exact doubling."""
+    import numpy as np
+
+    i = np.arange(n_out)
+    if n_out == n_in:
+        return i
+    if n_out == 2 * n_in:
+        return i >> 1
+    scale = np.float32(n_in) / np.float32(n_out)
+    return np.minimum(np.floor(i.astype(np.float32) * scale).astype(np.int64), n_in - 1)
+
+
+def _check_spatial(cfg: Any) -> None:
+    fn = "jln SpatialNorm"
+    _validate.check_inits(cfg, fn, ("scale_init", "bias_init", "conv_kernel_init", "conv_bias_init"))
+    _validate.set_positive(cfg, ("features", "num_groups"), fn)
+    if cfg.features % cfg.num_groups:
+        raise ValueError(f"{fn}: `num_groups` must divide `features` (the channels of x); received "
+                         f"num_groups={cfg.num_groups}, features={cfg.features}.")
+    _validate.check_eps(cfg.eps, fn)
+    _validate.check_module_options(cfg, fn)
+
+
+SpatialNormConfig = make_config(
+    "SpatialNormConfig",
+    (FEATURES.but(doc="C, the channels of ``x`` (axis 1, torch's NCHW) and of the output."),
+     Option("num_groups", "int", 32, "the GroupNorm's groups (32 in diffusers' and Emu3's)."),
+     EPS.but(default=1e-6, doc="the GroupNorm's eps (1e-6 in diffusers' and Emu3's)."),
+     USE_BIAS.but(doc="the two 1x1 convolutions' biases."),
+     *COMPUTE,
+     SCALE_INIT.but(doc="the GroupNorm's ``scale`` initializer; ``None``: ones."),
+     Option("bias_init", "Initializer | None", None, "the GroupNorm's ``bias`` initializer; ``None``: zeros."),
+     *dense_inits("conv", "torch ``nn.Conv2d``'s")),
+    _check_spatial,
+)
+
+
+def spatial_specs(cfg: Any, zq_features: int) -> dict[str, Any]:
+    conv = {"use_bias": cfg.use_bias, "kernel_init": cfg.conv_kernel_init, "bias_init": cfg.conv_bias_init}
+    return {
+        "norm_layer": M.norm_affine_specs((cfg.features,), scale_init=cfg.scale_init, bias_init=cfg.bias_init),
+        "conv_y": dense_specs(zq_features, cfg.features, **conv),
+        "conv_b": dense_specs(zq_features, cfg.features, **conv),
+    }
+
+
+def _zq_channels(cfg: Any, zq: Array, name: str, fn: str) -> int:
+    _validate.check_floating(zq, fn, name)
+    if zq.ndim < 3:
+        raise ValueError(f"{fn}: `{name}` must be channels first, [B, C_zq, *spatial]; received "
+                         f"{name}.shape={tuple(zq.shape)}.")
+    return int(zq.shape[1])
+
+
+ZQ_FEATURES = M.Shape(
+    "zq_features", "int", "channels of ``zq`` (its axis 1).", 1,
+    lambda v, fn: _validate.check_positive(v, "zq_features", fn), _zq_channels, stored=M.stored_rows("conv_y/kernel"),
+)
+
+
+def _conv1x1(p: Params, v: Array, dt: Any, fn: str) -> Array:
+    """A 1x1 convolution of channels-first ``v``: the Dense over axis 1 (float32 accumulation
+    and the bias, one rounding: torch's CPU convolution)."""
+    return jnp.moveaxis(dense(p, jnp.moveaxis(v, 1, -1).astype(dt), dt, fn, "zq"), -1, 1)
+
+
+def apply_spatial(params: Params, x: Array, zq: Array, cfg: Any) -> tuple[Array, Stats]:
+    """``zq`` resized (nearest) to ``x``'s spatial shape; ``group_norm(x) * conv_y(zq) + conv_b(zq)``."""
+    fn = "jln SpatialNorm"
+    _validate.check_floating(x, fn)
+    _zq_channels(cfg, zq, "zq", fn)
+    if x.ndim != zq.ndim or x.shape[0] != zq.shape[0] or x.shape[1] != cfg.features:
+        raise ValueError(
+            f"{fn}: `x` must be [B, features={cfg.features}, *spatial] and `zq` [B, C_zq, *spatial'] of the "
+            f"same rank and batch (zq is resized to x's spatial shape); received x.shape={tuple(x.shape)}, "
+            f"zq.shape={tuple(zq.shape)}."
+        )
+    xi = cast_in(x, cfg.dtype)
+    for ax in range(2, xi.ndim):
+        zq = jnp.take(zq, nearest_indices(zq.shape[ax], xi.shape[ax]), axis=ax)
+    dt = compute_dtype(cfg.dtype, zq)  # the convolutions run in zq's dtype
+    cy = _conv1x1(params["conv_y"], zq, dt, fn)
+    cb = _conv1x1(params["conv_b"], zq, dt, fn)
+    norm = params["norm_layer"]
+    n = group_norm(xi, cfg.num_groups, norm.get("scale"), norm.get("bias"), eps=cfg.eps, impl=cfg.impl)
+    y = cast_out(modulate(n, cb, cy, scale_offset=0.0), cfg.dtype)  # n * cy, rounded; + cb, rounded
+    return y, record(cfg.monitor, xi, y, tuple(range(1, xi.ndim)), fn)
+
+
+SPATIAL_NORM = Kind(
+    "SpatialNorm", SpatialNormConfig, spatial_specs, apply_spatial, ("x", "zq"),
+    doc="GroupNorm modulated by a second feature map (diffusers ``SpatialNorm``, transformers' "
+        "``Emu3VQVAESpatialNorm``: MoVQ's spatially conditioned normalization), channels first.\n\n"
+        "``zq`` is resized to ``x``'s spatial shape (torch's nearest interpolation); "
+        "``y = group_norm(x) * conv_y(zq) + conv_b(zq)`` with ``group_norm`` torch's GroupNorm with its affine "
+        "(:func:`jln.group_norm`), ``conv_y``/``conv_b`` 1x1 convolutions in ``zq``'s dtype, and the "
+        "product and the sum each rounded, as torch evaluates them (:func:`jln.modulate`).",
+    returns="(``__call__(x, zq)``): array of ``x.shape``; dtype the promotion of ``x``'s and ``zq``'s (or ``dtype``).",
+    raises="TypeError, ValueError: non-floating inputs, ``num_groups`` not dividing ``features``, an ``x`` "
+           "without ``features`` channels at axis 1, a ``zq`` of another rank or batch.",
+    examples=(LINEN_IMPORTS + "  >>> m = jnn.SpatialNorm(features=8, num_groups=2)\n  >>> x, zq = jnp.ones((2, 8, 4, 4)), "
+              "jnp.ones((2, 3, 2, 2))\n  >>> m.apply(m.init(jax.random.key(0), x, zq), x, zq).shape\n  (2, 8, 4, 4)",
+              NNX_IMPORTS + "  >>> m = jnnx.SpatialNorm(3, 8, num_groups=2, rngs=nnx.Rngs(0))\n  >>> "
+              "m(jnp.ones((2, 8, 4, 4)), jnp.ones((2, 3, 2, 2))).shape\n  (2, 8, 4, 4)"),
+    rngs_doc="``nnx.Rngs`` for the convolution kernels' init.", shapes=(ZQ_FEATURES,), positional=1, features_axis=1,
+)

@@ -10,6 +10,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import jax.numpy as jnp
+
 from jln import _convert as C
 
 
@@ -439,6 +441,48 @@ def _conv_pi05(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
     return C.Spec("AdaRMSNorm", {"features": d}, (int(lin.in_features), d), opts), p
 
 
+def _conv_spatial(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    """diffusers ``SpatialNorm`` / transformers ``Emu3VQVAESpatialNorm``: an affine GroupNorm of
+    ``x`` times ``conv_y(zq)`` plus ``conv_b(zq)``, two 1x1 convolutions of the resized ``zq``."""
+    import torch
+
+    if getattr(m, "add_conv", False):
+        raise C.unsupported(m, fn, "add_conv=True runs a 3x3 replicate-padded convolution on zq first, which "
+                            "jln's SpatialNorm does not", "Only add_conv=False converts.")
+    norm, cy, cb = m.norm_layer, m.conv_y, m.conv_b
+    convs_ok = all(isinstance(c, torch.nn.Conv2d) and tuple(c.kernel_size) == (1, 1) and tuple(c.stride) == (1, 1)
+                   and tuple(c.padding) == (0, 0) and tuple(c.dilation) == (1, 1) and c.groups == 1
+                   and (c.bias is None) == (cy.bias is None) for c in (cy, cb))
+    if not (isinstance(norm, torch.nn.GroupNorm) and norm.affine and convs_ok):
+        raise C.unsupported(m, fn, "its norm_layer is not an affine GroupNorm or conv_y/conv_b are not plain 1x1 "
+                             "convolutions", "Only the layers diffusers' SpatialNorm and Emu3 build.")
+    d, dz = int(norm.num_channels), int(cy.in_channels)
+    if (cy.out_channels, cb.out_channels, cb.in_channels) != (d, d, dz):
+        raise C.unsupported(m, fn, f"conv_y/conv_b map {cy.in_channels}/{cb.in_channels} channels to "
+                            f"{cy.out_channels}/{cb.out_channels}, expected zq's channels to {d}", "")
+
+    def conv(c: Any, name: str) -> C.Params:
+        out: C.Params = {"kernel": C.to_jax(c.weight, name + ".weight", fn)[:, :, 0, 0].T}
+        if c.bias is not None:
+            out["bias"] = C.to_jax(c.bias, name + ".bias", fn)
+        return out
+
+    p: C.Params = {"norm_layer": C.affine(norm, fn, "norm_layer."), "conv_y": conv(cy, "conv_y"),
+                   "conv_b": conv(cb, "conv_b")}
+    opts = dict(num_groups=int(norm.num_groups), eps=float(norm.eps), use_bias=cy.bias is not None,
+                param_dtype=C.param_dtype(p))
+    return C.Spec("SpatialNorm", {"features": d}, (dz, d), opts), p
+
+
+def _sd_spatial(p: C.Params) -> dict[str, Any]:
+    out = {f"norm_layer.{t}": p["norm_layer"][j] for j, t in (("scale", "weight"), ("bias", "bias"))}
+    for name in ("conv_y", "conv_b"):  # torch's Conv2d weight is [out, in, 1, 1]
+        sd = C.sd_linear(p[name], name + ".")
+        sd[name + ".weight"] = jnp.asarray(sd[name + ".weight"])[:, :, None, None]
+        out.update(sd)
+    return out
+
+
 def _conv_esmfold2(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
     """transformers ``EsmFold2AdaptiveLayerNorm``: a sigmoid gate and a shift from ``LN(cond)``."""
     cn, g, s = m.cond_norm, m.gate_proj, m.shift_proj
@@ -477,6 +521,7 @@ LAYOUTS: dict[str, C.Layout] = {
     "ModulatedRMSNorm": C.Layout("ModulatedRMSNorm", lambda p: {}),
     "AdaRMSNorm": C.Layout("AdaRMSNorm", C.sd_named),
     "AdaLNSigmoidGate": C.Layout("AdaLNSigmoidGate", C.sd_named),
+    "SpatialNorm": C.Layout("SpatialNorm", _sd_spatial),
 }
 
 CONVERTERS: tuple[C.Converter, ...] = (
@@ -662,6 +707,21 @@ CONVERTERS: tuple[C.Converter, ...] = (
         _conv_esmfold2,
         LAYOUTS["AdaLNSigmoidGate"],
     ),
+    C.Converter(
+        "diffusers SpatialNorm (MoVQ's spatially conditioned GroupNorm) and KVAEDecoderSpatialNorm2D "
+        "(add_conv=False)",
+        "SpatialNorm",
+        C.named(("SpatialNorm", "KVAEDecoderSpatialNorm2D"), ("norm_layer", "conv_y", "conv_b"), package="diffusers"),
+        _conv_spatial,
+        LAYOUTS["SpatialNorm"],
+    ),
+    C.Converter(
+        "transformers Emu3VQVAESpatialNorm and its copies",
+        "SpatialNorm",
+        C.computes_as(((f"{C.T}.emu3.modeling_emu3", "Emu3VQVAESpatialNorm"),), ("norm_layer", "conv_y", "conv_b")),
+        _conv_spatial,
+        LAYOUTS["SpatialNorm"],
+    ),
 )
 
 #: Classes recognised by computation but not reproduced (:data:`jln._convert.NearMisses`)
@@ -673,9 +733,4 @@ NEAR_MISSES: C.NearMisses = (
     (((f"{C.T}.voxtral_realtime.modeling_voxtral_realtime", "VoxtralRealtimeTextAdaRmsNorm"),),
      "it normalizes nothing: it is an MLP, linear2(gelu(linear1(x))), that produces a scale for the "
      "caller's RMSNorm; build it with flax Dense layers"),
-    (((f"{C.T}.emu3.modeling_emu3", "Emu3VQVAESpatialNorm"),),
-     "it is a GroupNorm modulated by a second input: norm(x) * conv_y(zq) + conv_b(zq), zq the quantized "
-     "latent resized to x's size (nearest), conv_y/conv_b 1x1 convolutions; the nearest jln family, "
-     "AdaGroupNorm, projects a vector embedding, not a feature map. Convert its `norm_layer` (a GroupNorm) and "
-     "write the two convolutions with flax Conv layers"),
 )

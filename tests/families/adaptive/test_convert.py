@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -96,10 +97,19 @@ CASES = [
     # EsmFold2 keeps its weights in float32 (torch refuses them in bfloat16 with float32 x)
     Case("EsmFold2AdaptiveLayerNorm", lambda: _hf("esmfold2", "EsmFold2AdaptiveLayerNorm")(D),
          (X, ("cond", (2, 5, D))), modes=("f32", "f32w_bf16x")),
+    # MoVQ's SpatialNorm: zq (a feature map in the module's dtype) resized to x's spatial shape,
+    # by an exact doubling, a non-integer ratio and not at all
+    Case("SpatialNorm", lambda: _cls("diffusers.models.attention_processor", "SpatialNorm")(D, COND),
+         (("x", (2, D, 8, 8)), ("cond", (2, COND, 4, 4)))),
+    Case("Emu3VQVAESpatialNorm", lambda: _hf("emu3", "Emu3VQVAESpatialNorm")(COND, D),
+         (("x", (2, D, 6, 10)), ("cond", (2, COND, 4, 3)))),
+    Case("KVAEDecoderSpatialNorm2D",
+         lambda: _cls("diffusers.models.autoencoders.autoencoder_kl_kvae", "KVAEDecoderSpatialNorm2D")(D, COND),
+         (("x", (2, D, 5, 5)), ("cond", (2, COND, 5, 5)))),
 ]
 CASE_BY_ID = {c.id: c for c in CASES}
 #: the default run's slice: one class of each new jln module or option, in its bit-exact mode
-FAST = {"SanaModulatedNorm": "bf16"}
+FAST = {"SanaModulatedNorm": "bf16", "Emu3VQVAESpatialNorm": "bf16"}
 
 
 @pytest.mark.parametrize(("case_id", "mode"), _grid([(c.id, mode) for c in CASES for mode in c.modes],
@@ -135,7 +145,7 @@ def test_bfloat16_is_bit_exact_not_just_close() -> None:
 
 #: round trips of the default run (all of them, the AdaGroupNorm and Kandinsky 3 layouts among them,
 #: with --run-slow)
-ROUND_TRIP = ()
+ROUND_TRIP = ("SpatialNorm",)
 
 
 @pytest.mark.parametrize("case_id", _grid([(c.id,) for c in CASES], lambda i: i in ROUND_TRIP))
@@ -176,7 +186,6 @@ def _bare(cls: type) -> Any:
     ("voxtral_realtime", "VoxtralRealtimeTextAdaRmsNorm", "it is an MLP"),
     ("gradium_phonon_tts", "GradiumPhononTTSTimestepNorm", "op by op in the input's dtype"),
     ("pocket_tts", "PocketTTSTimestepNorm", "unbiased variance"),
-    ("emu3", "Emu3VQVAESpatialNorm", "modulated by a second input"),
 ], lambda model, name, says: False))
 def test_refused_with_the_reason(model: str, name: str, says: str) -> None:
     with pytest.raises(TypeError, match="cannot reproduce it") as e:
@@ -213,3 +222,34 @@ def test_module_errors() -> None:
     dense = {"dense": {"kernel": jnp.ones((4, 24)), "bias": jnp.zeros(24)}}
     with pytest.raises(ValueError, match="must have a batch axis"):  # torch's [:, None, :] refuses it too
         MC.apply_ada_rms(dense, jnp.ones((2, 5, 8)), jnp.ones((4,)), MC.AdaRMSNormConfig(features=8))
+
+
+@pytest.mark.parametrize(("n_in", "n_out"), [(4, 8), (4, 3), (3, 7), (5, 5), (7, 16), (16, 5), (1, 4), (6, 4)])
+def test_spatial_norm_resizes_as_torch_nearest(n_in: int, n_out: int) -> None:
+    from jln.families.adaptive.conditioned import nearest_indices
+
+    src = torch.arange(n_in, dtype=torch.float32)[None, None]
+    want = torch.nn.functional.interpolate(src, size=n_out, mode="nearest")[0, 0].long().numpy()
+    np.testing.assert_array_equal(nearest_indices(n_in, n_out), want)
+
+
+def test_spatial_norm_bad_inputs_and_configurations() -> None:
+    from jln import linen as jnn
+    from jln.families.adaptive import conditioned as MC
+
+    with pytest.raises(ValueError, match="`num_groups` must divide `features`"):
+        MC.SpatialNormConfig(features=8, num_groups=3)
+    m = jnn.SpatialNorm(features=8, num_groups=2)
+    x, zq = jnp.ones((2, 8, 4, 4)), jnp.ones((2, 3, 2, 2))
+    variables = m.init(jax.random.key(0), x, zq)
+    for bad_x, bad_zq, says in ((x, jnp.ones((2, 3, 2)), "same rank and batch"),
+                                (x, jnp.ones((1, 3, 2, 2)), "same rank and batch"),
+                                (jnp.ones((2, 6, 4, 4)), zq, "features=8"),
+                                (x, jnp.ones((2, 3)), "channels first")):
+        with pytest.raises(ValueError, match=says):
+            m.apply(variables, bad_x, bad_zq)
+    with pytest.raises(TypeError):
+        m.apply(variables, x, jnp.ones((2, 3, 2, 2), jnp.int32))
+    kvae = _cls("diffusers.models.autoencoders.autoencoder_kl_kvae", "KVAEDecoderSpatialNorm2D")(D, COND, add_conv=True)
+    with pytest.raises(ValueError, match="add_conv=True"):
+        from_torch(kvae)
