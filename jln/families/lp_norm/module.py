@@ -351,9 +351,9 @@ def apply_qk(params: Params, query: Array, key: Array, cfg: Any) -> tuple[tuple[
     n = _key_heads(cfg, k, "key", fn)
     if scale.shape != (n,):
         raise ValueError(
-            f"{fn}: `key_scale` must have shape ({n},), key's heads at axis {cfg.head_axis}; received "
-            f"{tuple(scale.shape)} for key.shape={tuple(k.shape)}. Pass keys with {scale.shape[0] if scale.ndim else 1} "
-            f"heads there, or set head_axis to where your layout keeps them."
+            f"{fn}: `key_scale` has shape {tuple(scale.shape)}; key.shape={tuple(k.shape)} needs ({n},), "
+            f"one per head at axis {cfg.head_axis}. Pass keys whose axis {cfg.head_axis} matches "
+            f"key_scale, or set head_axis to where your layout keeps the heads."
         )
     # torch takes one eps and one constant, from the query, for both inputs
     eps = float(jnp.finfo(q.dtype).eps) if cfg.eps is None else cfg.eps

@@ -17,6 +17,7 @@ pytest.importorskip("transformers")
 
 from jln import linen as jnn  # noqa: E402
 from jln import nnx as jnnx  # noqa: E402
+from jln.families.lp_norm.module import QK_L2_NORM as kind  # noqa: E402
 from jln.interop import from_torch, to_torch_state_dict  # noqa: E402
 from tests.test_interop import _jax, parity  # noqa: E402
 
@@ -151,6 +152,8 @@ def test_a_key_with_other_heads_is_refused() -> None:
         nnx_mod(q, bad)
     with pytest.raises(ValueError, match=r"key_scale.*\(2, 5, 4, 16\)"):
         lin.apply(variables, q, bad)
+    with pytest.raises(ValueError, match=r"key_scale` has shape \(3,\); key.shape=\(2, 5, 4, 16\) needs \(4,\)"):
+        kind.apply(variables["params"], q, bad, lin.cfg)  # parameters the face did not check
     with pytest.raises(ValueError, match="head_axis"):
         nnx_mod(q, jnp.ones((16,)))  # no axis 2
     with pytest.raises(TypeError, match="query"):
