@@ -36,6 +36,7 @@ from jln.families.layer_norm.linen import QuantizedLayerNorm as QuantizedLayerNo
 from jln.families.local_response_norm.linen import LocalResponseNorm as LocalResponseNorm
 from jln.families.lp_norm.linen import GlobalResponseNorm as GlobalResponseNorm
 from jln.families.lp_norm.linen import LpNorm as LpNorm
+from jln.families.lp_norm.linen import QKL2Norm as QKL2Norm
 from jln.families.lp_norm.linen import ScaledLpNorm as ScaledLpNorm
 from jln.families.poly_norm.linen import PolyNorm as PolyNorm
 from jln.families.rms_norm.linen import QuantizedRMSNorm as QuantizedRMSNorm
@@ -67,6 +68,7 @@ __all__ = [
     "GlobalResponseNorm",
     "LpNorm",
     "ScaledLpNorm",
+    "QKL2Norm",
     "DyT",
     "PolyNorm",
     "TransformerEncoderLayer",

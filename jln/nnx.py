@@ -35,6 +35,7 @@ from jln.families.layer_norm.nnx import QuantizedLayerNorm as QuantizedLayerNorm
 from jln.families.local_response_norm.nnx import LocalResponseNorm as LocalResponseNorm
 from jln.families.lp_norm.nnx import GlobalResponseNorm as GlobalResponseNorm
 from jln.families.lp_norm.nnx import LpNorm as LpNorm
+from jln.families.lp_norm.nnx import QKL2Norm as QKL2Norm
 from jln.families.lp_norm.nnx import ScaledLpNorm as ScaledLpNorm
 from jln.families.poly_norm.nnx import PolyNorm as PolyNorm
 from jln.families.rms_norm.nnx import QuantizedRMSNorm as QuantizedRMSNorm
@@ -66,6 +67,7 @@ __all__ = [
     "GlobalResponseNorm",
     "LpNorm",
     "ScaledLpNorm",
+    "QKL2Norm",
     "DyT",
     "PolyNorm",
     "TransformerEncoderLayer",

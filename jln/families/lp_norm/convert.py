@@ -1,5 +1,5 @@
 """torch -> jln converters of diffusers' ``LpNorm`` and ``GlobalResponseNorm`` (ConvNeXt-V2's GRN),
-transformers' ``DoryL2Norm`` and Kandinsky 6's channel L2 norms.
+transformers' ``DoryL2Norm`` and ``ZayaQKNorm``, and Kandinsky 6's channel L2 norms.
 """
 
 from __future__ import annotations
@@ -71,11 +71,27 @@ def _conv_kandinsky(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
     return C.Spec("ScaledLpNorm", {}, (int(g.shape[0]),), opts), p
 
 
+def _conv_zaya(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    t = m.temp
+    if t.ndim != 1:
+        raise C.unsupported(m, fn, f"temp has shape {tuple(t.shape)}, expected (num_key_value_heads,)",
+                            "jln converts the per-key-head scale the class creates.")
+    mult = m.head_dim_scale
+    if not isinstance(mult, (int, float)) or isinstance(mult, bool):
+        raise C.unsupported(m, fn, f"its `head_dim_scale` is {mult!r}, expected a Python number "
+                            f"(sqrt(head_dim))", "Set it back to a float.")
+    p = {"key_scale": C.to_jax(t, "temp", fn)}
+    # temp[None, None, :, None]: the heads of a [B, S, heads, head_dim] key; eps is finfo(query.dtype).eps
+    opts = dict(head_axis=2, multiplier=float(mult), param_dtype=C.param_dtype(p))
+    return C.Spec("QKL2Norm", {}, (int(t.shape[0]),), opts), p
+
+
 LAYOUTS: dict[str, C.Layout] = {
     "GlobalResponseNorm": C.Layout("GlobalResponseNorm", _sd_grn, takes_cfg=True),
     "LpNorm": C.Layout("LpNorm", lambda p: {}),
     # torch's gamma is [C, 1, 1, 1] (the channels of a [B, C, T, H, W] input)
     "ScaledLpNorm": C.Layout("ScaledLpNorm", lambda p: {"gamma": jnp.asarray(p["scale"]).reshape((-1, 1, 1, 1))}),
+    "QKL2Norm": C.Layout("QKL2Norm", lambda p: {"temp": jnp.asarray(p["key_scale"])}),
 }
 
 CONVERTERS: tuple[C.Converter, ...] = (
@@ -124,5 +140,12 @@ CONVERTERS: tuple[C.Converter, ...] = (
                         "Kandinsky6SRLatentUpscalerRMSNorm")), ("gamma", "scale")),
         _conv_kandinsky,
         LAYOUTS["ScaledLpNorm"],
+    ),
+    C.Converter(
+        "transformers ZayaQKNorm (q and k L2-normalized to sqrt(head_dim), k scaled per key head)",
+        "QKL2Norm(head_axis=2)",
+        C.computes_as(((f"{C.T}.zaya.modeling_zaya", "ZayaQKNorm"),), ("temp", "head_dim_scale")),
+        _conv_zaya,
+        LAYOUTS["QKL2Norm"],
     ),
 )

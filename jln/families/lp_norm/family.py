@@ -1,5 +1,5 @@
 """The Lp family's record: ``jln.lp_normalize``, ``jln.global_response_norm``, ``LpNorm``,
-``GlobalResponseNorm``."""
+``ScaledLpNorm``, ``QKL2Norm``, ``GlobalResponseNorm``."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ FAMILY = Family(
     functions=(LP_NORMALIZE, GLOBAL_RESPONSE_NORM),
     ops=(Op("lp_normalize", LP_NORMALIZE, params=(), exact=True),
          Op("global_response_norm", GLOBAL_RESPONSE_NORM, multi_axis=False, exact=True)),
-    kinds=(module.GLOBAL_RESPONSE_NORM, module.LP_NORM, module.SCALED_LP_NORM),
+    kinds=(module.GLOBAL_RESPONSE_NORM, module.LP_NORM, module.SCALED_LP_NORM, module.QK_L2_NORM),
     converters=convert.CONVERTERS,
     layouts=convert.LAYOUTS,
 )

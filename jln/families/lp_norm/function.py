@@ -120,6 +120,21 @@ def scaled_normalize(x: Array, scale: Array, axis: int, eps: float, multiplier: 
     return _stats.round_to(y * s, out).astype(out)
 
 
+def l2_rescale(x: Array, multiplier: float, eps: float) -> Array:
+    """torch's ``x * (multiplier / x.norm(p=2, dim=-1, keepdim=True).clamp_min(eps))`` op by op
+    (transformers' ``ZayaQKNorm``), held in ``x``'s statistics dtype: the norm reduced there and
+    rounded to ``x.dtype``, floored at ``eps`` rounded to ``x.dtype``; torch evaluates
+    ``multiplier / n`` as ``n.reciprocal() * multiplier``, so the reciprocal rounds to ``x.dtype``,
+    then its product with ``multiplier`` (in float32 for half ``x``, as torch's opmath takes a
+    Python scalar), then the product with ``x``."""
+    dt = x.dtype
+    n = _rounded_norm(x, 2.0, (x.ndim - 1,))
+    n = jnp.maximum(n, jnp.asarray(eps, dt).astype(n.dtype))
+    r = _stats.round_to(1 / n, dt)
+    f = _stats.round_to(r * jnp.asarray(multiplier, n.dtype), dt)
+    return _stats.round_to(_stats.upcast(x) * f, dt)
+
+
 @_eager.compiled_when_eager("x", "gamma", "beta")
 def global_response_norm(
     x: Array,

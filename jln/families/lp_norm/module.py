@@ -1,6 +1,6 @@
-"""The ``GlobalResponseNorm`` (ConvNeXt-V2) and ``LpNorm`` (``F.normalize``) module kinds: their
-options, parameters and the calls of :func:`jln.global_response_norm` and
-:func:`jln.lp_normalize` that both faces make."""
+"""The ``GlobalResponseNorm`` (ConvNeXt-V2), ``LpNorm`` (``F.normalize``), ``ScaledLpNorm``
+(Kandinsky 6) and ``QKL2Norm`` (ZAYA's query/key norm) module kinds: their options, parameters
+and the calls of the lp_norm functions that both faces make."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from jln import _modules as M
-from jln import _validate
+from jln import _stats, _validate
 from jln._modules import (
     COMPUTE,
     DTYPE,
@@ -36,6 +36,7 @@ from jln.families.lp_norm.function import (
     _check_p,
     global_response_norm,
     grn_body,
+    l2_rescale,
     lp_normalize,
     rsqrt_normalize_float32,
     scaled_normalize,
@@ -287,4 +288,110 @@ SCALED_LP_NORM = Kind(
     shapes=(Shape("num_features", "int", "channels, the size of ``x`` at ``axis``.", 0,
                   lambda v, fn: _validate.check_positive(v, "num_features", fn), _scaled_channels,
                   _check_scaled_channels, M.stored_rows("scale")),),
+)
+
+# --------------------------------------------------------------------------- QKL2Norm
+
+
+def _check_qk(cfg: Any) -> None:
+    fn = "jln QKL2Norm"
+    if not isinstance(cfg.head_axis, int) or isinstance(cfg.head_axis, bool):
+        raise TypeError(f"{fn}: `head_axis` must be one int (key's heads axis); received {cfg.head_axis!r}.")
+    if cfg.eps is not None:
+        _validate.check_eps(cfg.eps, fn)
+    m = cfg.multiplier
+    if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float))):
+        raise TypeError(f"{fn}: `multiplier` must be a number or None (sqrt of head_dim); received {m!r}.")
+    _validate.check_inits(cfg, fn, ("key_scale_init",))
+    if cfg.dtype is not None and not jnp.issubdtype(jnp.dtype(cfg.dtype), jnp.floating):
+        raise TypeError(f"{fn}: `dtype` must be a floating dtype or None; received {cfg.dtype!r}.")
+
+
+QKL2NormConfig = make_config(
+    "QKL2NormConfig",
+    (Option("head_axis", "int", 2, "the axis of ``key`` that ``key_scale`` lies along (transformers' "
+            "``[B, S, heads, head_dim]``: 2)."),
+     Option("eps", "float | None", None, "floor of each L2 norm; ``None``: ``finfo(query.dtype).eps`` "
+            "(ZAYA's), for both inputs."),
+     Option("multiplier", "float | None", None, "the constant both normalized inputs are scaled to; "
+            "``None``: ``sqrt(head_dim)``, ``query``'s last axis (ZAYA's ``head_dim_scale``)."),
+     Option("key_scale_init", "Initializer | None", None, "initializer of ``key_scale``; ``None``: zeros "
+            "(torch's ``temp``)."),
+     DTYPE.but(doc="``None``: outputs in the inputs' dtypes (the key's promoted with ``key_scale``'s); "
+               "else compute in and return this dtype."), PARAM_DTYPE),
+    _check_qk,
+)
+
+
+def qk_specs(cfg: Any, num_heads: int) -> dict[str, Any]:
+    return {"key_scale": M.param_spec((num_heads,), cfg.key_scale_init, zeros)}
+
+
+def _key_heads(cfg: Any, key: Array, name: str, fn: str) -> int:
+    _validate.check_floating(key, fn, name)
+    return int(key.shape[_validate.normalize_axes(cfg.head_axis, key.ndim, fn, "head_axis")[0]])
+
+
+def _check_key_heads(cfg: Any, key: Array, n: int, fn: str) -> None:
+    if _key_heads(cfg, key, "key", fn) != n:
+        raise ValueError(
+            f"{fn}: the module was built for {n} key heads (key's axis {cfg.head_axis}); received "
+            f"key.shape={tuple(key.shape)}. Pass keys with {n} heads at axis {cfg.head_axis}, or set "
+            f"head_axis to where your layout keeps them."
+        )
+
+
+def apply_qk(params: Params, query: Array, key: Array, cfg: Any) -> tuple[tuple[Array, Array], Stats]:
+    fn = "jln QKL2Norm"
+    q, k = cast_in(query, cfg.dtype), cast_in(key, cfg.dtype)
+    _validate.check_floating(q, fn, "query")
+    if q.ndim == 0:
+        raise ValueError(f"{fn}: `query` must have a head_dim (last) axis; received a scalar.")
+    scale = params["key_scale"]
+    n = _key_heads(cfg, k, "key", fn)
+    if scale.shape != (n,):
+        raise ValueError(
+            f"{fn}: `key_scale` has shape {tuple(scale.shape)}; key.shape={tuple(k.shape)} needs ({n},), "
+            f"one per head at axis {cfg.head_axis}. Pass keys whose axis {cfg.head_axis} matches "
+            f"key_scale, or set head_axis to where your layout keeps the heads."
+        )
+    # torch takes one eps and one constant, from the query, for both inputs
+    eps = float(jnp.finfo(q.dtype).eps) if cfg.eps is None else cfg.eps
+    mult = math.sqrt(q.shape[-1]) if cfg.multiplier is None else float(cfg.multiplier)
+    with jax.named_scope("jln.qk_l2_norm"):
+        yq = l2_rescale(q, mult, eps).astype(q.dtype)
+        yk = l2_rescale(k, mult, eps)
+        out = _stats.promote(k.dtype, scale.dtype)
+        shape = [1] * k.ndim
+        shape[_validate.normalize_axes(cfg.head_axis, k.ndim, fn, "head_axis")[0]] = -1
+        s = scale.reshape(shape).astype(_stats.stats_dtype(out))
+        yk = _stats.round_to(yk.astype(s.dtype) * s, out).astype(out)
+    return (cast_out(yq, cfg.dtype), cast_out(yk, cfg.dtype)), None
+
+
+QK_L2_NORM = Kind(
+    "QKL2Norm", QKL2NormConfig, qk_specs, apply_qk, ("query", "key"), output="tuple[jax.Array, jax.Array]",
+    doc="Query/key L2 normalization with a learned per-key-head scale (transformers' ``ZayaQKNorm``).\n\n"
+        "``query * (multiplier / max(||query||_2, eps))`` and ``key * (multiplier / max(||key||_2, eps)) * "
+        "key_scale``, the norms over the last axis (head_dim), ``eps`` a floor outside the norm, "
+        "``multiplier = sqrt(head_dim)``, ``eps = finfo(query.dtype).eps`` by default and ``key_scale`` "
+        "(torch's ``temp``, zeros at init) along ``key``'s ``head_axis``. Each op rounds as torch "
+        "evaluates it: the norm reduced in float32 and rounded to the input's dtype, the reciprocal of "
+        "the floored norm, its product with ``multiplier``, the product with the input, and the "
+        "product with ``key_scale`` in the key's dtype promoted with ``key_scale``'s.",
+    returns="(``__call__(query, key)``): ``(query, key)`` normalized: the query like ``query``, the key "
+            "like ``key`` with dtype ``key.dtype`` promoted with ``key_scale``'s (or ``dtype``).",
+    raises="TypeError, ValueError: non-floating inputs, a bad ``head_axis``, a key whose heads are not "
+           "``num_heads``.",
+    examples=(LINEN_IMPORTS + "  >>> q, k = jnp.ones((1, 2, 4, 16)), jnp.ones((1, 2, 2, 16))\n"
+              "  >>> m = jnn.QKL2Norm(key_scale_init=jax.nn.initializers.ones)\n"
+              "  >>> yq, yk = m.apply(m.init(jax.random.key(0), q, k), q, k)\n"
+              "  >>> float(yq[0, 0, 0, 0]), float(yk[0, 0, 0, 0])\n  (1.0, 1.0)",
+              NNX_IMPORTS + "  >>> yq, yk = jnnx.QKL2Norm(2)(jnp.ones((1, 2, 4, 16)), jnp.ones((1, 2, 2, 16)))\n"
+              "  >>> float(yq[0, 0, 0, 0]), float(yk[0, 0, 0, 0])\n  (1.0, 0.0)"),
+    rngs_doc=NORM_RNGS,
+    shapes=(Shape("num_heads", "int", "key heads, the size of ``key`` at ``head_axis`` (ZAYA's "
+                  "``num_key_value_heads``).", 1,
+                  lambda v, fn: _validate.check_positive(v, "num_heads", fn), _key_heads,
+                  _check_key_heads, M.stored_rows("key_scale")),),
 )

@@ -388,8 +388,6 @@ NEAR_MISSES: C.NearMisses = (
      "it returns only the statistic, rsqrt(mean(f(x)^2) + eps) cast to x's dtype, of shape [..., 1], not a "
      "normalized x: no jln module returns the inverse RMS alone. Compute it with "
      "jax.lax.rsqrt(jnp.mean(jnp.square(x.astype(jnp.float32)), -1, keepdims=True) + eps).astype(x.dtype)"),
-    (((f"{C.T}.zaya.modeling_zaya", "ZayaQKNorm"),),
-     "it L2-normalizes both q and k to sqrt(head_dim) with a clamp and scales k per head: two inputs"),
     (((f"{C.T}.gradium_phonon_tts.modeling_gradium_phonon_tts", "GradiumPhononTTSTimestepNorm"),),
      "it computes weight * x * rsqrt(mean(x^2) + eps) op by op in the input's dtype (no float32 "
      "statistics, the weight applied first): RMSNorm(convention='torch') gives its float32 numbers but "
