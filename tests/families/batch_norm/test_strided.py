@@ -233,7 +233,10 @@ def test_patchtst_and_patchtsmixer_convert_exactly(dtype: str) -> None:
 
 
 def test_patchtsmixer_norm_layer_without_a_batch_norm_inside_is_refused() -> None:
-    from transformers.models.patchtsmixer.modeling_patchtsmixer import PatchTSMixerConfig, PatchTSMixerNormLayer
+    from transformers.models.patchtsmixer.modeling_patchtsmixer import (
+        PatchTSMixerConfig,
+        PatchTSMixerNormLayer,
+    )
 
     from jln.interop import from_torch
 
