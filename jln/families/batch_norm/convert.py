@@ -49,6 +49,25 @@ def _conv_batch_norm(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
     return C.Spec("BatchNorm", {}, (int(m.num_features),), opts, collections=True), {"params": p, "batch_stats": stats}
 
 
+def strided_batch_norm(bn: Any, fn: str, prefix: str) -> tuple[C.Spec, C.Params]:
+    """A torch ``BatchNorm1d`` ``bn``, held at ``prefix`` and called on ``(B, ..., C)`` input
+    transposed to ``(B, C, ...)`` (a strided view: torch's element-wise fallback) ->
+    ``BatchNorm(channel_axis=-1, convention="strided")`` with the class's tensor names."""
+    if not C.torch_nn("BatchNorm1d")(bn):
+        raise C.unsupported(bn, fn, f"its `{prefix.rstrip('.')}` is a {type(bn).__name__}, not a torch.nn.BatchNorm1d",
+                            "jln converts this class when it holds torch's own BatchNorm1d.")
+    spec, variables = _conv_batch_norm(bn, fn)
+    keys = [*_sd_batch({**variables["params"], **variables["batch_stats"]})]
+    opts = {**spec.options, "channel_axis": -1, "convention": "strided"}
+    if keys:
+        opts["torch_names"] = tuple((k, prefix + k) for k in keys)
+    return C.Spec("BatchNorm", {}, spec.nnx_sizes, opts, collections=True), variables
+
+
+def _conv_patchtst(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    return strided_batch_norm(m.batchnorm, fn, "batchnorm.")
+
+
 def _conv_instance_norm(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
     _check_affine(m, fn)
     p = C.affine(m, fn)
@@ -159,6 +178,9 @@ def _conv_bit(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
     return _group_norm(m, fn, activation=act)
 
 
+_PATCHTST = ((f"{C.T}.patchtst.modeling_patchtst", "PatchTSTBatchNorm"),
+             (f"{C.T}.patchtsmixer.modeling_patchtsmixer", "PatchTSMixerBatchNorm"))
+
 _PE = ((f"{C.T}.pe_audio.modeling_pe_audio", "PeAudioMaskedGroupNorm"),
        (f"{C.T}.pe_audio_video.modeling_pe_audio_video", "PeAudioVideoMaskedGroupNorm"),
        (f"{C.T}.pe_video.modeling_pe_video", "PeVideoMaskedGroupNorm"))
@@ -186,6 +208,14 @@ CONVERTERS: tuple[C.Converter, ...] = (
         C.hf_norm(("DetrFrozenBatchNorm2d",), "detr", _FROZEN_ATTRS),
         _conv_frozen,
         LAYOUTS["FrozenBatchNorm"],
+    ),
+    C.Converter(
+        "transformers PatchTSTBatchNorm / PatchTSMixerBatchNorm and their copies (BatchNorm1d on the "
+        "transposed, strided (B, L, C) input)",
+        "BatchNorm(channel_axis=-1, convention='strided', torch_names batchnorm.*)",
+        C.of_package("transformers", C.computes_as(_PATCHTST, ("batchnorm",))),
+        _conv_patchtst,
+        LAYOUTS["BatchNorm"],
     ),
     C.Converter(
         "diffusers CosmosCausalGroupNorm and its copies (one group: per frame)",
@@ -243,10 +273,4 @@ NEAR_MISSES: C.NearMisses = (
      "it applies a fixed mean and inverse standard deviation (buffers), `(x - global_mean) * global_invstd`, "
      "with no statistics of x; the nearest jln family, FrozenBatchNorm (BatchNorm in eval mode), takes a "
      "variance and eps, `rsqrt(var + eps)`, not an inverse standard deviation. Write it in JAX"),
-    (((f"{C.T}.patchtst.modeling_patchtst", "PatchTSTBatchNorm"),
-      (f"{C.T}.patchtsmixer.modeling_patchtsmixer", "PatchTSMixerBatchNorm")),
-     "it runs torch's BatchNorm1d on the transposed, non-contiguous input, whose bfloat16 path differs from "
-     "torch's on contiguous input: jln's BatchNorm(channel_axis=-1) matches the contiguous path bit for bit "
-     "but this class on only ~45-52% of bfloat16 elements (float32 agrees). In float32 use "
-     "jln.batch_norm(x, ..., channel_axis=-1)"),
 )

@@ -18,6 +18,8 @@ from jln import _eager, _stats, _validate
 from jln._platform import Impl
 from jln.families.batch_norm.spec import (
     ACTIVATIONS,
+    CONVENTIONS,
+    BatchNormConvention,
     BatchStatSpec,
     FrozenBatchNormSpec,
     OutputActivation,
@@ -106,6 +108,7 @@ def batch_norm(
     axis_name: Any = None,
     axis_index_groups: Any = None,
     impl: Impl = "auto",
+    convention: BatchNormConvention = "torch",
 ) -> tuple[Array, RunningStats]:
     r"""Batch normalization with ``torch.nn.functional.batch_norm``'s semantics, as a pure function.
 
@@ -132,6 +135,15 @@ def batch_norm(
     mean and rstd rounded to that dtype before use, as torch's CPU kernel does; with float32
     parameters they stay float32. The output is rounded once to ``x.dtype``.
 
+    ``convention="strided"`` reproduces torch's path for an input that is neither contiguous nor
+    channels-last (``bn(x.transpose(1, 2)).transpose(1, 2)``, transformers' PatchTST and
+    PatchTSMixer; use it with ``channel_axis=-1``): ``((x - mean) * invstd) * scale + bias``
+    op by op, each op rounded to the parameters' dtype when they are of ``x``'s half dtype (one
+    rounding at the end with float32 parameters); in eval mode ``invstd = 1 / sqrt(running_var
+    + eps)`` in the buffers' dtype, each op rounded; in training mode the batch mean
+    (``sum / n``) and ``invstd`` rounded once each, and the running mean updated with that
+    rounded mean.
+
     Args:
       x: floating array ``[N, C, *spatial]`` (``channel_axis=1``, torch's layout) or
         ``[N, *spatial, C]`` with ``channel_axis=-1``.
@@ -149,6 +161,8 @@ def batch_norm(
       axis_index_groups: optional groups of ``axis_name``'s indices, as in ``jax.lax.psum``.
       impl: ``"auto"`` or ``"xla"`` (jln has no kernels for this family; ``"native"`` and
         ``"pallas"`` raise ``ValueError``).
+      convention: ``"torch"`` (torch's kernels for contiguous or channels-last input) or
+        ``"strided"`` (its element-wise fallback for any other strides).
 
     Returns:
       ``(y, stats)``: ``y`` of ``x.shape`` and ``x.dtype``; ``stats`` a :class:`RunningStats`
@@ -160,7 +174,8 @@ def batch_norm(
       ValueError: a parameter whose shape is not ``(C,)``; ``channel_axis`` is 0 or out of
         range; only one of the running statistics given; ``momentum`` outside [0, 1], or
         ``None`` without ``num_batches_tracked``; a training step over one value per channel
-        (torch: "Expected more than 1 value per channel"); ``impl`` ``"native"``/``"pallas"``.
+        (torch: "Expected more than 1 value per channel"); ``impl`` ``"native"``/``"pallas"``;
+        an unknown ``convention``.
       NameError: ``axis_name`` is not bound.
 
     Example:
@@ -174,22 +189,25 @@ def batch_norm(
     Reducing Internal Covariate Shift" (2015).
     """
     fn = "jln.batch_norm"
+    _validate.check_choice(convention, "convention", CONVENTIONS, fn)
     c = _validate.channel_axis(fn, x, channel_axis)
     axes = tuple(a for a in range(x.ndim) if a != c)
     return _stat_norm(
         fn, x, c, axes, running_mean, running_var, scale, bias, training=training, momentum=momentum,
         eps=eps, num_batches_tracked=num_batches_tracked, axis_name=axis_name,
         axis_index_groups=axis_index_groups, impl=impl, batch_axis_reduced=True,
+        strided=convention == "strided",
     )
 
 
 def _stat_norm(
     fn: str, x: Array, c: int, axes: tuple[int, ...], running_mean: Any, running_var: Any, scale: Any,
     bias: Any, *, training: Any, momentum: Any, eps: Any, num_batches_tracked: Any, axis_name: Any,
-    axis_index_groups: Any, impl: str, batch_axis_reduced: bool,
+    axis_index_groups: Any, impl: str, batch_axis_reduced: bool, strided: bool = False,
 ) -> tuple[Array, RunningStats]:
     """BatchNorm (``batch_axis_reduced``) or InstanceNorm (statistics per sample; running
-    statistics averaged over the batch, as torch's ``instance_norm`` does)."""
+    statistics averaged over the batch, as torch's ``instance_norm`` does); ``strided``:
+    torch's fallback for strided input (BatchNorm's ``convention="strided"``)."""
     _xla_only(fn, impl)
     if not isinstance(training, (bool, jnp.bool_)):
         raise TypeError(f"{fn}: `training` must be a Python bool; received {training!r}.")
@@ -212,8 +230,9 @@ def _stat_norm(
                 f"received dtype {nbt.dtype} with shape {tuple(nbt.shape)}."
             )
     stats = RunningStats(running_mean, running_var, num_batches_tracked)
+    stat_round = _stat_round(x, scale, bias, running_mean, running_var)
     if tracked and not training:
-        spec_e = RunningStatSpec(axes=axes, eps=eps, out_dtype=x.dtype)
+        spec_e = RunningStatSpec(axes=axes, eps=eps, out_dtype=x.dtype, stat_round=stat_round, strided=strided)
         y = _run(fn, spec_e, x, (p["scale"], p["bias"], p["running_mean"], p["running_var"]))
         return y, stats
     n = _stats.count(x.shape, axes, name, groups)
@@ -232,7 +251,7 @@ def _stat_norm(
         )
     spec = BatchStatSpec(
         axes=axes, eps=eps, out_dtype=x.dtype, axis_name=name, axis_index_groups=groups,
-        stat_round=_stat_round(x, scale, bias, running_mean, running_var),
+        stat_round=stat_round, strided=strided,
     )
     y, mean, var = _run(fn, spec, x, (p["scale"], p["bias"]))
     if not tracked or not training:

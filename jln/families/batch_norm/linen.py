@@ -55,6 +55,10 @@ class BatchNorm(_linen.Module):
         "bias": "norm.bias"}``, ``{"weight": "gamma"}``; a name with ``{}``, ``"norms.{}.weight"``,
         splits the tensor along its first axis, one per index: StableLM's per-head norms), used by
         ``jln.interop.to_torch_state_dict``; ``None``: torch's names. Numbers are unaffected.
+      convention: which of torch's CPU paths is reproduced, as :func:`jln.batch_norm`: ``"torch"``
+        its kernels for contiguous (or channels-last) input, ``"strided"`` its element-wise fallback
+        for other strides (``bn(x.transpose(1, 2))``: transformers' PatchTST/PatchTSMixer, with
+        ``channel_axis=-1``).
 
     Returns (``__call__(x, use_running_average=None)``): array of ``x.shape``, dtype ``x.dtype`` (or
     ``dtype``).
@@ -89,6 +93,7 @@ class BatchNorm(_linen.Module):
     axis_name: Hashable | None = None
     axis_index_groups: Sequence[Sequence[int]] | None = None
     torch_names: TorchNames | None = None
+    convention: Literal["torch", "strided"] = "torch"
 
     @nn.compact
     def __call__(self, x: jax.Array, use_running_average: bool | None = None) -> jax.Array:

@@ -26,7 +26,7 @@ from jln.families.batch_norm.function import (
     group_norm,
     instance_norm,
 )
-from jln.families.batch_norm.spec import ACTIVATIONS
+from jln.families.batch_norm.spec import ACTIVATIONS, CONVENTIONS
 
 Array = jax.Array
 
@@ -89,6 +89,8 @@ def _check(fn: str) -> Any:
             return
         _validate.check_module_options(cfg, fn)
         _validate.check_torch_names(cfg, fn)
+        if hasattr(cfg, "convention"):
+            _validate.check_choice(cfg.convention, "convention", CONVENTIONS, fn)
         if getattr(cfg, "activation", None) is not None:
             _validate.check_choice(cfg.activation, "activation", ACTIVATIONS, fn)
         if getattr(cfg, "momentum", None) is not None:
@@ -107,9 +109,14 @@ def _check(fn: str) -> Any:
     return check
 
 
+CONVENTION = M.Option("convention", M.literal(CONVENTIONS), "torch", "which of torch's CPU paths is "
+                      "reproduced, as :func:`jln.batch_norm`: ``\"torch\"`` its kernels for contiguous "
+                      "(or channels-last) input, ``\"strided\"`` its element-wise fallback for other strides "
+                      "(``bn(x.transpose(1, 2))``: transformers' PatchTST/PatchTSMixer, with "
+                      "``channel_axis=-1``).")
 BatchNormConfig = M.make_config(
     "BatchNormConfig", (EPS, MOMENTUM, AFFINE, TRACK, CHANNEL_AXIS, *_COMPUTE, *M.DISTRIBUTED[:1],
-                        M.DISTRIBUTED[1], M.TORCH_NAMES), _check("jln BatchNorm"),
+                        M.DISTRIBUTED[1], M.TORCH_NAMES, CONVENTION), _check("jln BatchNorm"),
 )
 InstanceNormConfig = M.make_config(
     "InstanceNormConfig", (EPS, MOMENTUM, AFFINE.but(default=False), TRACK.but(default=False), CHANNEL_AXIS,
@@ -167,7 +174,8 @@ def _running(fn: Any, params: Any, x: Array, cfg: Any, state: dict[str, Any], tr
 def apply_batch_norm(params: Any, x: Array, cfg: Any, *, state: dict[str, Any], training: bool) -> Any:
     """``jln.batch_norm`` with the module's options; returns ``((y, new_state or None), None)``."""
     return _running(batch_norm, params, x, cfg, state, training,
-                    num_batches_tracked=state.get("num_batches_tracked"), **M.distributed(cfg))
+                    num_batches_tracked=state.get("num_batches_tracked"), convention=cfg.convention,
+                    **M.distributed(cfg))
 
 
 def apply_instance_norm(params: Any, x: Array, cfg: Any, *, state: dict[str, Any], training: bool) -> Any:

@@ -58,6 +58,10 @@ class BatchNorm(_nnx.Module):
         "bias": "norm.bias"}``, ``{"weight": "gamma"}``; a name with ``{}``, ``"norms.{}.weight"``,
         splits the tensor along its first axis, one per index: StableLM's per-head norms), used by
         ``jln.interop.to_torch_state_dict``; ``None``: torch's names. Numbers are unaffected.
+      convention: which of torch's CPU paths is reproduced, as :func:`jln.batch_norm`: ``"torch"``
+        its kernels for contiguous (or channels-last) input, ``"strided"`` its element-wise fallback
+        for other strides (``bn(x.transpose(1, 2))``: transformers' PatchTST/PatchTSMixer, with
+        ``channel_axis=-1``).
       rngs: unused (ones and zeros initializers); accepted for symmetry.
 
     Returns (``__call__(x, use_running_average=None)``): array of ``x.shape``, dtype ``x.dtype`` (or
@@ -99,6 +103,7 @@ class BatchNorm(_nnx.Module):
     axis_name: Hashable | None
     axis_index_groups: Sequence[Sequence[int]] | None
     torch_names: TorchNames | None
+    convention: Literal["torch", "strided"]
 
     def __init__(
         self,
@@ -115,6 +120,7 @@ class BatchNorm(_nnx.Module):
         axis_name: Hashable | None = None,
         axis_index_groups: Sequence[Sequence[int]] | None = None,
         torch_names: TorchNames | None = None,
+        convention: Literal["torch", "strided"] = "torch",
         rngs: nnx.Rngs | None = None,
     ) -> None:
         """Build the module: the arguments are the Args of the class docstring."""
@@ -133,6 +139,7 @@ class BatchNorm(_nnx.Module):
                 axis_name=axis_name,
                 axis_index_groups=axis_index_groups,
                 torch_names=torch_names,
+                convention=convention,
             ),
             rngs,
         )

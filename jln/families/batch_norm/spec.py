@@ -19,6 +19,17 @@ a per-channel affine. What differs from torch's eager kernels is stated where it
   statistics (a vectorized Welford cascade whose lane count follows the CPU) are not reproduced,
   so ~1 element in 4000 of offset bfloat16 inputs is 1 ulp apart.
   ``stat_round`` carries that dtype (``None``: none).
+* ``convention="strided"`` (BatchNorm only): torch's CPU BatchNorm on an input that is neither
+  contiguous nor channels-last (``bn(x.transpose(1, 2))``, as transformers' PatchTST and
+  PatchTSMixer call it) skips its fast kernels for an element-wise fallback,
+  ``((x - mean) * invstd) * weight + bias`` with every op in the parameters' dtype (rounded to
+  bfloat16/float16 after each op when they are of ``x``'s half dtype; float32 throughout and one
+  rounding at the end when they are float32). In eval mode ``invstd = 1 / sqrt(running_var +
+  eps)`` is three tensor ops in the buffers' dtype, each rounded; in training mode the batch mean
+  is ``sum / n`` in float32 rounded once to the parameters' dtype, the variance the float32 mean
+  of squared deviations from that rounded mean, and ``invstd`` is rounded once
+  (:func:`strided_affine`; *measured*, torch 2.13: bit-exact for bfloat16 and float16 in both
+  modes).
 * The derivative is that of the float32 computation (the rounding of the statistics is a
   forward-only detail: torch's backward differentiates its saved statistics the same way).
 """
@@ -49,6 +60,41 @@ def _inv_sqrt(v: Array) -> Array:
     return 1 / _unfused(lax.sqrt(v))  # (jitted, XLA would rewrite 1 / sqrt(v) as rsqrt(v))
 
 
+#: which of torch's CPU BatchNorm paths is reproduced: ``"torch"`` its kernels for contiguous (and
+#: channels-last) input, ``"strided"`` its element-wise fallback for any other strides
+BatchNormConvention = Literal["torch", "strided"]
+CONVENTIONS: tuple[str, ...] = get_args(BatchNormConvention)
+
+
+def strided_affine(
+    x32: Array, mean: Array, invstd: Array, scale: Array | None, bias: Array | None, op_dtype: Any
+) -> Array:
+    """``((x - mean) * invstd) * scale + bias`` op by op, each op rounded to ``op_dtype`` (torch's
+    element-wise BatchNorm fallback for strided input: see the module docstring). A missing
+    ``scale`` is a multiply by 1 and a missing ``bias`` an add of 0, as torch's scalar stand-ins
+    (so ``-0`` becomes ``+0`` as there). Returns the statistics dtype; the caller rounds it once
+    more to the output dtype (exact when ``op_dtype`` is that dtype)."""
+    sd = x32.dtype
+
+    def r(v: Array) -> Array:  # each product kept apart from the next add (XLA:CPU would fuse them)
+        return _stats.round_to(_unfused(v), op_dtype)
+
+    h = r(x32 - mean.astype(sd))
+    h = r(h * invstd.astype(sd))
+    if scale is not None:
+        h = r(h * scale.astype(sd))
+    return r(h + (jnp.zeros((), sd) if bias is None else bias.astype(sd)))
+
+
+def strided_invstd(var: Array, eps: float) -> Array:
+    """``1 / sqrt(running_var + eps)`` as torch's eval-mode fallback writes it, three tensor ops
+    in ``var``'s dtype (each rounded to it), returned in the statistics dtype."""
+    dt, sd = var.dtype, _stats.stats_dtype(var.dtype)
+    v = _stats.round_to(var.astype(sd) + eps, dt)
+    s = _stats.round_to(_unfused(lax.sqrt(v)), dt)
+    return _stats.round_to(1 / s, dt)
+
+
 def _affine(y: Array, scale: Array | None, bias: Array | None) -> Array:
     if scale is not None:
         y = y * scale.astype(y.dtype)
@@ -65,11 +111,14 @@ class BatchStatSpec(NormSpec):
     autodiff) for the running statistics. ``stat_round``: the dtype torch rounds ``mean`` and
     ``rstd`` to before use (see the module docstring), or ``None``. ``torch_affine``: a
     bfloat16/float16 output is evaluated as torch's CPU GroupNorm evaluates it (see
-    :meth:`_torch_affine`)."""
+    :meth:`_torch_affine`). ``strided``: torch's element-wise fallback for strided input (see
+    :meth:`_strided`); the returned mean is then the one torch uses (rounded to ``stat_round``)
+    and the variance the mean of squared deviations from it."""
 
     out_dtype: Any
     stat_round: Any = None
     torch_affine: bool = False
+    strided: bool = False
 
     op = "batch_stats"
     operands = ("scale", "bias")
@@ -85,6 +134,10 @@ class BatchStatSpec(NormSpec):
         groups = self.axis_index_groups
         mean, d, var = _stats.centered(x32, self.axes, self.axis_name, groups)
         h = _stats.normalized(x32, self.axes, self.eps, (d, var), self.axis_name, groups)
+        if self.strided:
+            y_s, mean_s, var_s = self._strided(x32, scale, bias)
+            y = forward_as(y_s, _affine(h, scale, bias))
+            return y.astype(self.out_dtype), lax.stop_gradient(mean_s), lax.stop_gradient(var_s)
         if self.stat_round is not None:
             h = forward_as(self._rounded_stats(x32, lax.stop_gradient(var)), h)
         y = _affine(h, scale, bias)
@@ -131,6 +184,21 @@ class BatchStatSpec(NormSpec):
         shift = -(mean * s) if bias is None else bias.astype(s.dtype) - mean * s
         return x32 * s + shift
 
+    def _strided(self, x32: Array, scale: Array | None, bias: Array | None) -> tuple[Array, Array, Array]:
+        """torch's training-mode fallback for strided input: ``mean = round(sum / n)`` (``at::mean``
+        in float32, rounded once to ``stat_round``), ``var`` the float32 mean of squared
+        deviations from that mean, ``invstd = round(1 / sqrt(var + eps))``, then
+        :func:`strided_affine` with ops in ``stat_round`` (float32 when ``None``). Returns
+        ``(y, mean, var)`` (*measured*, torch 2.13: bfloat16 and float16 bit-exact)."""
+        groups = self.axis_index_groups
+        n = _stats.count(x32.shape, self.axes, self.axis_name, groups)
+        (plain_mean,) = _stats._row_means((x32,), self.axes, self.axis_name, groups)
+        dt = x32.dtype if self.stat_round is None else jnp.dtype(self.stat_round)
+        m_r = _stats.round_to(plain_mean, dt)
+        var = _stats.sum_square(x32 - m_r, self.axes, self.axis_name, groups) / n
+        invstd = _stats.round_to(_inv_sqrt(var + self.eps), dt)
+        return strided_affine(x32, m_r, invstd, scale, bias, dt), m_r, var
+
     def _rounded_stats(self, x32: Array, var: Array) -> Array:
         """``(x - mean) * rstd`` with torch's CPU rounding of its statistics (*measured*, torch
         2.13, bit-exact on every shape tried): the mean and rstd are rounded to the half dtype;
@@ -159,9 +227,13 @@ class RunningStatSpec(NormSpec):
     ``y = (x - running_mean) / sqrt(running_var + eps) * scale + bias`` in the statistics dtype,
     rounded once to ``out_dtype`` (torch's CPU kernel, *measured* bit-exact for bfloat16 and
     float16 with parameters of either dtype). ``axes`` are the axes the statistics were taken
-    over (where the operands have size 1)."""
+    over (where the operands have size 1). ``strided``: torch's element-wise fallback for
+    strided input, ops rounded to ``stat_round`` (``None``: the statistics dtype; see the module
+    docstring)."""
 
     out_dtype: Any
+    stat_round: Any = None
+    strided: bool = False
 
     op = "running_stats"
     operands = ("scale", "bias", "running_mean", "running_var")
@@ -177,6 +249,10 @@ class RunningStatSpec(NormSpec):
         x32 = _stats.upcast(x)
         sd = x32.dtype
         h = (x32 - mean.astype(sd)) * _inv_sqrt(var.astype(sd) + self.eps)
+        if self.strided:
+            dt = sd if self.stat_round is None else jnp.dtype(self.stat_round)
+            y_s = strided_affine(x32, mean, strided_invstd(var, self.eps), scale, bias, dt)
+            return forward_as(y_s, _affine(h, scale, bias)).astype(self.out_dtype)
         return self.tail(h, scale, bias)
 
     def tail(self, y: Array, *operands: Array | None) -> Array:

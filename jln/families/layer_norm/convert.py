@@ -11,6 +11,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from jln import _convert as C
+from jln.families.batch_norm.convert import strided_batch_norm
 
 
 def _conv_layer_norm(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
@@ -133,16 +134,19 @@ def _conv_vidtok(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
 
 def _conv_patchtsmixer_norm(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
     if "batch" in m.norm_mlp.lower():
-        raise C.unsupported(
-            m, fn, f"norm_mlp={m.norm_mlp!r} takes its BatchNorm path: torch's BatchNorm1d on the "
-            f"transposed, non-contiguous input, whose bfloat16 path differs from torch's on contiguous "
-            f"input (jln's BatchNorm matches ~45-52% of its bfloat16 elements; float32 agrees)",
-            "Its LayerNorm path (norm_mlp='LayerNorm') converts; for this one use jln.batch_norm(x, ..., "
-            "channel_axis=-1) in float32.",
-        )
+        # its BatchNorm path: PatchTSMixerBatchNorm on [B * channels, patches, d_model], the same
+        # statistics as over every axis but the last of the 4-D input
+        inner = getattr(m.norm, "batchnorm", None)
+        if inner is None or not C.computes_as(_PATCHTSMIXER_BN, ("batchnorm",))(m.norm):
+            raise C.unsupported(m, fn, f"norm_mlp={m.norm_mlp!r} but its `norm` is a {type(m.norm).__name__}, "
+                                "not a PatchTSMixerBatchNorm", "Build it as the model file does.")
+        return strided_batch_norm(inner, fn, "norm.batchnorm.")
     norm = C.inner(m, "norm", "LayerNorm", fn)
     spec, p = _conv_layer_norm(norm, fn)
     return C.Spec("LayerNorm", {}, spec.nnx_sizes, {**spec.options, **C.torch_names("norm.", p)}), p
+
+
+_PATCHTSMIXER_BN = ((f"{C.T}.patchtsmixer.modeling_patchtsmixer", "PatchTSMixerBatchNorm"),)
 
 
 def _conv_stablelm(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
@@ -310,8 +314,9 @@ CONVERTERS: tuple[C.Converter, ...] = (
         LAYOUTS["LayerNorm"],
     ),
     C.Converter(
-        "transformers PatchTSMixerNormLayer and its copies (its LayerNorm path)",
-        "LayerNorm(torch_names norm.*)",
+        "transformers PatchTSMixerNormLayer and its copies (norm_mlp 'LayerNorm', or its BatchNorm path)",
+        "LayerNorm(torch_names norm.*), or BatchNorm(channel_axis=-1, convention='strided', torch_names "
+        "norm.batchnorm.*)",
         C.of_package("transformers", C.computes_as(((f"{C.T}.patchtsmixer.modeling_patchtsmixer", "PatchTSMixerNormLayer"),),
                                         ("norm_mlp", "norm"))),
         _conv_patchtsmixer_norm,
