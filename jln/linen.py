@@ -22,6 +22,8 @@ from jln.families.adaptive.linen import AdaLNZeroJoint as AdaLNZeroJoint
 from jln.families.adaptive.linen import AdaptiveLayerNorm as AdaptiveLayerNorm
 from jln.families.adaptive.linen import AdaRMSNorm as AdaRMSNorm
 from jln.families.adaptive.linen import ModulatedRMSNorm as ModulatedRMSNorm
+from jln.families.affine.linen import Affine as Affine
+from jln.families.affine.linen import Standardize as Standardize
 from jln.families.batch_norm.linen import BatchNorm as BatchNorm
 from jln.families.batch_norm.linen import FrozenBatchNorm as FrozenBatchNorm
 from jln.families.batch_norm.linen import GroupNorm as GroupNorm
@@ -66,6 +68,8 @@ __all__ = [
     "LpNorm",
     "ScaledLpNorm",
     "DyT",
+    "Affine",
+    "Standardize",
     "PolyNorm",
     "TransformerEncoderLayer",
     "DiTBlock",

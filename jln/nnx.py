@@ -21,6 +21,8 @@ from jln.families.adaptive.nnx import AdaLNZeroJoint as AdaLNZeroJoint
 from jln.families.adaptive.nnx import AdaptiveLayerNorm as AdaptiveLayerNorm
 from jln.families.adaptive.nnx import AdaRMSNorm as AdaRMSNorm
 from jln.families.adaptive.nnx import ModulatedRMSNorm as ModulatedRMSNorm
+from jln.families.affine.nnx import Affine as Affine
+from jln.families.affine.nnx import Standardize as Standardize
 from jln.families.batch_norm.nnx import BatchNorm as BatchNorm
 from jln.families.batch_norm.nnx import FrozenBatchNorm as FrozenBatchNorm
 from jln.families.batch_norm.nnx import GroupNorm as GroupNorm
@@ -65,6 +67,8 @@ __all__ = [
     "LpNorm",
     "ScaledLpNorm",
     "DyT",
+    "Affine",
+    "Standardize",
     "PolyNorm",
     "TransformerEncoderLayer",
     "DiTBlock",
