@@ -18,6 +18,7 @@ from jln.families.adaptive.function import adaptive_layer_norm as adaptive_layer
 from jln.families.adaptive.function import adaptive_rms_norm as adaptive_rms_norm
 from jln.families.adaptive.function import modulate as modulate
 from jln.families.adaptive.function import split_condition as split_condition
+from jln.families.affine.function import affine as affine
 from jln.families.batch_norm.function import RunningStats as RunningStats
 from jln.families.batch_norm.function import batch_norm as batch_norm
 from jln.families.batch_norm.function import frozen_batch_norm as frozen_batch_norm
@@ -85,5 +86,6 @@ __all__ = [
     "lp_normalize",
     "local_response_norm",
     "dyt",
+    "affine",
     "poly_norm",
 ]

@@ -12,6 +12,7 @@ from jln._convert import Converter, Layout
 from jln._modules import Kind
 from jln._registry import Family, Function, Op
 from jln.families.adaptive import family as adaptive
+from jln.families.affine import family as affine
 from jln.families.batch_norm import family as batch_norm
 from jln.families.blocks import family as blocks
 from jln.families.dyt import family as dyt
@@ -33,6 +34,7 @@ FAMILIES: tuple[Family, ...] = (
     local_response_norm.FAMILY,
     lp_norm.FAMILY,
     dyt.FAMILY,
+    affine.FAMILY,
     poly_norm.FAMILY,
     blocks.FAMILY,
 )

@@ -23,6 +23,8 @@ from jln.families.adaptive.linen import AdaptiveLayerNorm as AdaptiveLayerNorm
 from jln.families.adaptive.linen import AdaRMSNorm as AdaRMSNorm
 from jln.families.adaptive.linen import ModulatedRMSNorm as ModulatedRMSNorm
 from jln.families.adaptive.linen import SpatialNorm as SpatialNorm
+from jln.families.affine.linen import Affine as Affine
+from jln.families.affine.linen import Standardize as Standardize
 from jln.families.batch_norm.linen import BatchNorm as BatchNorm
 from jln.families.batch_norm.linen import FrozenBatchNorm as FrozenBatchNorm
 from jln.families.batch_norm.linen import GroupNorm as GroupNorm
@@ -70,6 +72,8 @@ __all__ = [
     "ScaledLpNorm",
     "QKL2Norm",
     "DyT",
+    "Affine",
+    "Standardize",
     "PolyNorm",
     "TransformerEncoderLayer",
     "DiTBlock",

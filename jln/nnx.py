@@ -22,6 +22,8 @@ from jln.families.adaptive.nnx import AdaptiveLayerNorm as AdaptiveLayerNorm
 from jln.families.adaptive.nnx import AdaRMSNorm as AdaRMSNorm
 from jln.families.adaptive.nnx import ModulatedRMSNorm as ModulatedRMSNorm
 from jln.families.adaptive.nnx import SpatialNorm as SpatialNorm
+from jln.families.affine.nnx import Affine as Affine
+from jln.families.affine.nnx import Standardize as Standardize
 from jln.families.batch_norm.nnx import BatchNorm as BatchNorm
 from jln.families.batch_norm.nnx import FrozenBatchNorm as FrozenBatchNorm
 from jln.families.batch_norm.nnx import GroupNorm as GroupNorm
@@ -69,6 +71,8 @@ __all__ = [
     "ScaledLpNorm",
     "QKL2Norm",
     "DyT",
+    "Affine",
+    "Standardize",
     "PolyNorm",
     "TransformerEncoderLayer",
     "DiTBlock",

@@ -269,8 +269,4 @@ CONVERTERS: tuple[C.Converter, ...] = (
 
 #: Classes recognised by computation but not reproduced (:data:`jln._convert.NearMisses`)
 NEAR_MISSES: C.NearMisses = (
-    (((f"{C.T}.phi4_multimodal.modeling_phi4_multimodal", "Phi4MultimodalAudioMeanVarianceNormLayer"),),
-     "it applies a fixed mean and inverse standard deviation (buffers), `(x - global_mean) * global_invstd`, "
-     "with no statistics of x; the nearest jln family, FrozenBatchNorm (BatchNorm in eval mode), takes a "
-     "variance and eps, `rsqrt(var + eps)`, not an inverse standard deviation. Write it in JAX"),
 )

@@ -348,8 +348,4 @@ NEAR_MISSES: C.NearMisses = (
      "element's position in the vector, ~1 in 8 differ), so no rounding rule reproduces it. Its float32 "
      "numbers are LayerNorm(convention='torch')'s; jln's nearest bfloat16 flow is convention='eager' "
      "(sqrt and a division)"),
-    (((f"{C.T}.mobilebert.modeling_mobilebert", "NoNorm"),),
-     "it normalizes nothing (`x * weight + bias`, an elementwise affine); the nearest jln family, "
-     "LayerNorm, subtracts the mean and divides by the standard deviation first. Write `x * weight + bias` "
-     "in JAX"),
 )

@@ -1,0 +1,1 @@
+"""The affine family (see :mod:`jln.families`)."""
