@@ -215,7 +215,7 @@ LOW_RANK_GATED_RMS_NORM = Kind(
            "non-positive ``rank``, a negative ``eps``.",
     examples=(LINEN_IMPORTS + "  >>> m = jnn.LowRankGatedRMSNorm(rank=4)\n  >>> x = jnp.ones((2, 8))\n  >>> "
               "m.apply(m.init(jax.random.key(0), x), x).shape\n  (2, 8)",
-              NNX_IMPORTS + "  >>> import jax\n  >>> m = jnnx.LowRankGatedRMSNorm(8, rank=4, kernel_init=jax.nn.initializers.zeros)\n"
+              NNX_IMPORTS + "  >>> import jax\n  >>> m = jnnx.LowRankGatedRMSNorm(8, rank=4, eps=0.0, kernel_init=jax.nn.initializers.zeros)\n"
               "  >>> m(jnp.ones((2, 8)))[0]  # a zero gate MLP: sigmoid(0) = 0.5\n"
               "  Array([0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5], dtype=float32)"),
     rngs_doc="``nnx.Rngs`` for the ``fc1``/``fc2`` kernel init (a key-free ``kernel_init`` such as zeros needs none).",

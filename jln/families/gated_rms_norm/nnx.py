@@ -183,7 +183,7 @@ class LowRankGatedRMSNorm(_nnx.Module):
       >>> from flax import nnx
       >>> from jln import nnx as jnnx
       >>> import jax
-      >>> m = jnnx.LowRankGatedRMSNorm(8, rank=4, kernel_init=jax.nn.initializers.zeros)
+      >>> m = jnnx.LowRankGatedRMSNorm(8, rank=4, eps=0.0, kernel_init=jax.nn.initializers.zeros)
       >>> m(jnp.ones((2, 8)))[0]  # a zero gate MLP: sigmoid(0) = 0.5
       Array([0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5], dtype=float32)
     """

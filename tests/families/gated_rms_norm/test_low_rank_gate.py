@@ -238,3 +238,52 @@ def test_a_gate_mlp_with_biases_is_refused() -> None:
     m.mlp.fc1 = torch.nn.Linear(64, 4, bias=True)
     with pytest.raises(ValueError, match=r"AXK2GatedRMSNorm: its gate MLP's Linears have biases"):
         from_torch(m)
+
+
+def test_linen_equals_nnx_forward_and_backward() -> None:
+    """The same tree from both faces; with the same (random) parameters the same outputs and
+    gradients, to the bit; the NNX GraphDef is a static jit argument."""
+    x = jnp.asarray(_x((2, 5), 4, hidden=16))
+    lm, nm = jnn.LowRankGatedRMSNorm(rank=3), jnnx.LowRankGatedRMSNorm(16, rank=3, rngs=nnx.Rngs(0))
+    params = lm.init(jax.random.key(0), x)["params"]
+    shapes = lambda tree: jax.tree.map(lambda a: (a.shape, a.dtype), tree)  # noqa: E731
+    assert shapes(params) == shapes(nnx.state(nm, nnx.Param).to_pure_dict())
+    leaves, tdef = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(1), len(leaves))
+    params = jax.tree.unflatten(tdef, [1.0 + 0.3 * jax.random.normal(k, a.shape, a.dtype) for k, a in zip(keys, leaves, strict=True)])
+    gdef, _ = nnx.split(nm)
+
+    def linen_loss(p, v):
+        return jnp.sum(lm.apply({"params": p}, v) ** 2)
+
+    def nnx_loss(p, v):
+        return jnp.sum(nnx.merge(gdef, nnx.State(p))(v) ** 2)
+
+    # (both jitted: the same program for the loss's sum)
+    assert float(jax.jit(linen_loss)(params, x)) == float(jax.jit(nnx_loss)(params, x))
+    np.testing.assert_array_equal(lm.apply({"params": params}, x), nnx.merge(gdef, nnx.State(params))(x))
+    gl = jax.jit(jax.grad(linen_loss, argnums=(0, 1)))(params, x)
+    gn = jax.jit(jax.grad(nnx_loss, argnums=(0, 1)))(params, x)
+    jax.tree.map(np.testing.assert_array_equal, gl, gn)
+    assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(gl))
+
+
+def test_float32_gradients_match_torch() -> None:
+    """Reverse mode through the norm, both Dense layers, SiLU and the sigmoid: the gradients of
+    x and of every parameter against torch's autograd on the same module."""
+    m = _torch_module(8, 5)
+    x = _x((3, 7), 5)
+    ct = np.random.default_rng(6).standard_normal(x.shape).astype(np.float32)
+    xt = torch.from_numpy(x).requires_grad_(True)
+    (m(xt) * torch.from_numpy(ct)).sum().backward()
+    mod, variables = from_torch(m, api="linen")
+    gp, gx = jax.grad(lambda p, v: jnp.sum(mod.apply({"params": p}, v) * ct), argnums=(0, 1))(
+        variables["params"], jnp.asarray(x))
+    got = {"x": gx, **{k: v for k, v in to_torch_state_dict({"params": gp}, mod).items()}}
+    want = {"x": xt.grad, **{k: p.grad for k, p in m.named_parameters()}}
+    assert sorted(got) == sorted(want)
+    for k, w in want.items():
+        w = w.numpy()
+        g = np.asarray(got[k].detach().numpy() if isinstance(got[k], torch.Tensor) else got[k])
+        err = float(np.max(np.abs(g - w)) / np.max(np.abs(w)))
+        assert err <= 1e-5, (k, err)
