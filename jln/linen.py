@@ -33,6 +33,7 @@ from jln.families.blocks.linen import DiTBlock as DiTBlock
 from jln.families.blocks.linen import TransformerEncoderLayer as TransformerEncoderLayer
 from jln.families.dyt.linen import DyT as DyT
 from jln.families.gated_rms_norm.linen import GatedRMSNorm as GatedRMSNorm
+from jln.families.gated_rms_norm.linen import LowRankGatedRMSNorm as LowRankGatedRMSNorm
 from jln.families.layer_norm.linen import LayerNorm as LayerNorm
 from jln.families.layer_norm.linen import QuantizedLayerNorm as QuantizedLayerNorm
 from jln.families.local_response_norm.linen import LocalResponseNorm as LocalResponseNorm
@@ -50,6 +51,7 @@ __all__ = [
     "RMSNorm",
     "QuantizedRMSNorm",
     "GatedRMSNorm",
+    "LowRankGatedRMSNorm",
     "AdaptiveLayerNorm",
     "AdaLNZero",
     "AdaLNContinuous",

@@ -32,6 +32,7 @@ from jln.families.blocks.nnx import DiTBlock as DiTBlock
 from jln.families.blocks.nnx import TransformerEncoderLayer as TransformerEncoderLayer
 from jln.families.dyt.nnx import DyT as DyT
 from jln.families.gated_rms_norm.nnx import GatedRMSNorm as GatedRMSNorm
+from jln.families.gated_rms_norm.nnx import LowRankGatedRMSNorm as LowRankGatedRMSNorm
 from jln.families.layer_norm.nnx import LayerNorm as LayerNorm
 from jln.families.layer_norm.nnx import QuantizedLayerNorm as QuantizedLayerNorm
 from jln.families.local_response_norm.nnx import LocalResponseNorm as LocalResponseNorm
@@ -49,6 +50,7 @@ __all__ = [
     "RMSNorm",
     "QuantizedRMSNorm",
     "GatedRMSNorm",
+    "LowRankGatedRMSNorm",
     "AdaptiveLayerNorm",
     "AdaLNZero",
     "AdaLNContinuous",

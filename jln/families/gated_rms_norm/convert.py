@@ -1,5 +1,6 @@
 """torch -> jln converters of transformers' gated RMSNorms (Mamba-2's, Qwen3-Next's, Kimi's,
-FalconH1's, and every class whose code is one of theirs) to :class:`jln.linen.GatedRMSNorm`.
+FalconH1's, and every class whose code is one of theirs) to :class:`jln.linen.GatedRMSNorm`, and of
+AXK2's RMSNorm with a low-rank gate MLP to :class:`jln.linen.LowRankGatedRMSNorm`.
 """
 
 from __future__ import annotations
@@ -51,8 +52,43 @@ def _hf_gated(convention: str) -> Callable[[Any, str], tuple[C.Spec, C.Params]]:
     return convert
 
 
+_AXK2 = f"{C.T}.axk2.modeling_axk2"
+#: LLaMA's RMSNorm code under any transformers name (AXK2RMSNorm's own class is one)
+_LLAMA_NORM = C.hf_norm(("LlamaRMSNorm",), "llama", ("weight", "variance_epsilon"))
+_GATE_MLP = C.computes_as(((_AXK2, "AXK2GateMLP"),), ("fc1", "fc2", "activation_fn"))
+
+
+def _conv_low_rank(m: Any, fn: str) -> tuple[C.Spec, C.Params]:
+    """``AXK2GatedRMSNorm`` -> ``LowRankGatedRMSNorm``: its ``norm`` must be LLaMA's RMSNorm code and
+    its ``mlp`` AXK2's ``fc2(SiLU(fc1(h)))`` with bias-free torch Linears, sized ``d -> rank -> d``."""
+    norm, mlp = m.norm, m.mlp
+    if not _LLAMA_NORM(norm):
+        raise C.unsupported(m, fn, f"its `norm` is a {C.what(norm)}, whose code is not LLaMA's RMSNorm",
+                            "jln converts this class when `norm` computes as LlamaRMSNorm.")
+    if not _GATE_MLP(mlp):
+        raise C.unsupported(m, fn, f"its `mlp` is a {C.what(mlp)}, whose code is not AXK2GateMLP's",
+                            "jln converts this class when `mlp` computes fc2(act(fc1(h))) as AXK2GateMLP.")
+    fc1, fc2 = C.inner(mlp, "fc1", "Linear", fn), C.inner(mlp, "fc2", "Linear", fn)
+    if not C.torch_nn("SiLU")(mlp.activation_fn):
+        raise C.unsupported(m, fn, f"its gate MLP's activation is a {type(mlp.activation_fn).__name__}",
+                            "jln's LowRankGatedRMSNorm takes SiLU, as AXK2 builds it.")
+    if fc1.bias is not None or fc2.bias is not None:
+        raise C.unsupported(m, fn, "its gate MLP's Linears have biases", "jln's LowRankGatedRMSNorm has none, as AXK2.")
+    d = C.one_axis_weight(norm, fn)
+    rank = int(fc1.out_features)
+    if (int(fc1.in_features), int(fc2.in_features), int(fc2.out_features)) != (d, rank, d):
+        raise C.unsupported(
+            m, fn, f"its gate MLP is {fc1.in_features} -> {fc1.out_features}, {fc2.in_features} -> "
+            f"{fc2.out_features}, not {d} -> rank -> {d} around the norm's width {d}", "Use matching Linears.")
+    p = {"norm": {"scale": C.to_jax(norm.weight, "norm.weight", fn)},
+         "mlp": {"fc1": C.linear(fc1, fn, "mlp.fc1."), "fc2": C.linear(fc2, fn, "mlp.fc2.")}}
+    opts = dict(rank=rank, eps=float(norm.variance_epsilon), param_dtype=C.param_dtype(p))
+    return C.Spec("LowRankGatedRMSNorm", {}, (d,), opts), p
+
+
 LAYOUTS: dict[str, C.Layout] = {
     "GatedRMSNorm": C.Layout("GatedRMSNorm", C.sd_affine),
+    "LowRankGatedRMSNorm": C.Layout("LowRankGatedRMSNorm", C.sd_named),
 }
 
 CONVERTERS: tuple[C.Converter, ...] = (
@@ -87,12 +123,15 @@ CONVERTERS: tuple[C.Converter, ...] = (
         _hf_gated("float32"),
         LAYOUTS["GatedRMSNorm"],
     ),
+    C.Converter(
+        "transformers AXK2GatedRMSNorm (LLaMA's RMSNorm, then a low-rank sigmoid gate MLP of its output), and "
+        "any transformers class whose code is its",
+        "LowRankGatedRMSNorm(rank=gated_norm_rank)",
+        C.computes_as(((_AXK2, "AXK2GatedRMSNorm"),), ("norm", "mlp")),
+        _conv_low_rank,
+        LAYOUTS["LowRankGatedRMSNorm"],
+    ),
 )
 
-#: Classes recognised by computation but not reproduced (:data:`jln._convert.NearMisses`)
-NEAR_MISSES: C.NearMisses = (
-    (((f"{C.T}.axk2.modeling_axk2", "AXK2GatedRMSNorm"),),
-     "it is an RMSNorm followed by a learned gate, `y * sigmoid(fc2(silu(fc1(y))))` in float32 cast to y's "
-     "dtype: a sub-network, not a norm. Its `norm` child (LLaMA's code) converts to RMSNorm(convention='llama'); "
-     "write the gate with two flax Dense layers"),
-)
+#: Classes recognised by computation but not reproduced (:data:`jln._convert.NearMisses`): none left
+NEAR_MISSES: C.NearMisses = ()

@@ -1,4 +1,4 @@
-"""The gated RMSNorm family's record: ``jln.gated_rms_norm``, ``GatedRMSNorm``."""
+"""The gated RMSNorm family's record: ``jln.gated_rms_norm``, ``GatedRMSNorm``, ``LowRankGatedRMSNorm``."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ FAMILY = Family(
     functions=(GATED_RMS_NORM,),
     ops=tuple(Op(f"gated_rms_norm[{conv}]", GATED_RMS_NORM, params=("scale",), extra=("gate",),
                  options={"convention": conv}, exact=True) for conv in ("mamba", "qwen3_next", "float32")),
-    kinds=(module.GATED_RMS_NORM,),
+    kinds=(module.GATED_RMS_NORM, module.LOW_RANK_GATED_RMS_NORM),
     converters=convert.CONVERTERS,
     layouts=convert.LAYOUTS,
     near_misses=convert.NEAR_MISSES,
