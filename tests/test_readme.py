@@ -43,7 +43,7 @@ def test_readme_says_which_functions_take_axis_eps_impl_and_axis_name():
         "instance_norm": {"channel_axis", "eps", "impl"}, "group_norm": {"channel_axis", "eps", "impl"},
         "frozen_batch_norm": {"channel_axis", "eps"}, "local_response_norm": {"channel_axis"},
         "lp_normalize": {"axis", "eps"}, "global_response_norm": {"eps"},
-        "dyt": {"axis"}, "poly_norm": {"axis", "eps"},
+        "dyt": {"axis"}, "affine": {"axis"}, "poly_norm": {"axis", "eps"},
     }
     readme = README.read_text(encoding="utf-8")
     for name, options in said.items():
